@@ -1,0 +1,66 @@
+"""Time: the `Clock` protocol (wall or virtual) and the swarm-round Lamport clock.
+
+Invariants:
+- The swarm round only moves forward: +1 per local training step, and to
+  `max(own, seen)` for every *accepted* message.
+- A message more than `max_ahead` rounds beyond our own is refused ("from the future")
+  and does not move the clock, so one hostile peer cannot make honest work stale.
+- Staleness of an item is `own_round - item_round`; usable iff `0 <= staleness <= max_staleness`
+  (an item from a round ahead of ours but within `max_ahead` has staleness < 0 and is
+  usable too: its round has simply not reached us yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Seconds and sleeping; wall time in production, virtual time in simnet."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def staleness(own_round: int, item_round: int) -> int:
+    return own_round - item_round
+
+
+def is_fresh(own_round: int, item_round: int, max_staleness: int) -> bool:
+    return staleness(own_round, item_round) <= max_staleness
+
+
+def is_from_future(own_round: int, item_round: int, max_ahead: int) -> bool:
+    return item_round - own_round > max_ahead
+
+
+@dataclass
+class SwarmRound:
+    """The Lamport clock over training steps (see module invariants)."""
+
+    value: int = 0
+    max_ahead: int = 8
+
+    def tick(self) -> int:
+        self.value += 1
+        return self.value
+
+    def admits(self, seen_round: int) -> bool:
+        return not is_from_future(self.value, seen_round, self.max_ahead)
+
+    def observe(self, seen_round: int) -> None:
+        """Move forward to an accepted message's round (callers check `admits` first)."""
+        if self.admits(seen_round):
+            self.value = max(self.value, seen_round)

@@ -1,0 +1,89 @@
+"""msgpack with hard limits, set on the unpacker before anything is allocated.
+
+Invariants:
+- `unpack` refuses input longer than `Limits.max_message_bytes` before parsing, and the
+  unpacker's own string/bin/array/map limits refuse any single oversized container.
+- Nesting deeper than `Limits.max_depth` is refused.
+- Only plain msgpack types come out (no ext types, no timestamps); maps have str keys.
+- Every failure is a `WireError`; no other exception escapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from swarm.errors import WireError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard bounds on one decoded message (whole envelope or one payload)."""
+
+    max_message_bytes: int = 1 << 20
+    max_str_len: int = 1 << 20
+    max_bin_len: int = 1 << 20
+    max_array_len: int = 4096
+    max_map_len: int = 256
+    max_depth: int = 8
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _depth_ok(obj: Any, remaining: int) -> bool:
+    if remaining < 0:
+        return False
+    if isinstance(obj, list):
+        return all(_depth_ok(item, remaining - 1) for item in obj)
+    if isinstance(obj, dict):
+        return all(_depth_ok(v, remaining - 1) for v in obj.values())
+    return True
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise WireError("malformed", f"msgpack ext type {code} not allowed")
+
+
+def unpack(data: bytes, limits: Limits) -> Any:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise WireError("malformed", "expected bytes")
+    if len(data) > limits.max_message_bytes:
+        raise WireError("oversize", f"{len(data)} bytes > limit {limits.max_message_bytes}")
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        max_buffer_size=max(limits.max_message_bytes, 1),
+        max_str_len=limits.max_str_len,
+        max_bin_len=limits.max_bin_len,
+        max_array_len=limits.max_array_len,
+        max_map_len=limits.max_map_len,
+        max_ext_len=0,
+        ext_hook=_refuse_ext,
+    )
+    try:
+        unpacker.feed(bytes(data))
+        obj = unpacker.unpack()
+    except WireError:
+        raise
+    except msgpack.OutOfData:
+        raise WireError("malformed", "truncated msgpack") from None
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        # msgpack signals exceeded limits, bad utf-8 and bad bytes with these types.
+        reason = "oversize" if "exceeds max" in str(exc) else "malformed"
+        raise WireError(reason, f"{type(exc).__name__}: {exc}") from None
+    try:
+        unpacker.unpack()
+    except msgpack.OutOfData:
+        pass
+    except (ValueError, TypeError, msgpack.UnpackException, WireError):
+        raise WireError("malformed", "trailing bytes after message") from None
+    else:
+        raise WireError("malformed", "trailing data after message")
+    if not _depth_ok(obj, limits.max_depth):
+        raise WireError("malformed", f"nesting deeper than {limits.max_depth}")
+    return obj

@@ -1,0 +1,117 @@
+"""The node configuration: one TOML file per node, validated strictly.
+
+Invariants:
+- Every model forbids unknown keys, so a typo is an error, not a silent default.
+- `load_config` turns every failure (missing file, bad TOML, bad field) into one
+  `ConfigError` naming the file, the field path and what is allowed.
+- Each package receives only its own section (`config.transport`, `config.train`, ...).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from swarm.config.base import StrictModel
+from swarm.config.learning import (
+    ModelConfig,
+    RewardsConfig,
+    SamplerConfig,
+    TasksConfig,
+    TaskSpec,
+    TrainConfig,
+)
+from swarm.config.network import (
+    GossipConfig,
+    Libp2pTransportConfig,
+    MemoryTransportConfig,
+    MqttTransportConfig,
+    TransportConfig,
+)
+from swarm.config.node import NodeSection, SapoConfig
+from swarm.errors import ConfigError
+
+__all__ = [
+    "GossipConfig",
+    "Libp2pTransportConfig",
+    "MemoryTransportConfig",
+    "ModelConfig",
+    "MqttTransportConfig",
+    "NodeConfig",
+    "NodeSection",
+    "RewardsConfig",
+    "SamplerConfig",
+    "SapoConfig",
+    "TaskSpec",
+    "TasksConfig",
+    "TrainConfig",
+    "TransportConfig",
+    "format_validation_error",
+    "load_config",
+    "parse_config",
+]
+
+
+class NodeConfig(StrictModel):
+    node: NodeSection = NodeSection()
+    """Identity, swarm id, data dir, checkpoints."""
+    transport: TransportConfig = Libp2pTransportConfig()
+    """How this node reaches peers: `libp2p` (default), `mqtt` or `memory`."""
+    gossip: GossipConfig = GossipConfig()
+    """Limits on what peers may send."""
+    model: ModelConfig = ModelConfig()
+    """The policy model."""
+    sampler: SamplerConfig = SamplerConfig()
+    """How rollouts are generated."""
+    train: TrainConfig = TrainConfig()
+    """GRPO hyper-parameters."""
+    sapo: SapoConfig = SapoConfig()
+    """The local/external mix and staleness bound."""
+    tasks: TasksConfig = TasksConfig()
+    """Which verifiable tasks this node samples."""
+    rewards: RewardsConfig = RewardsConfig()
+    """How completions are scored."""
+
+
+def _allowed_hint(error: dict[str, Any]) -> str:
+    ctx = error.get("ctx") or {}
+    if "expected" in ctx:
+        return f" (allowed: {ctx['expected']})"
+    if error.get("type") == "extra_forbidden":
+        return " (unknown key: remove it or check its spelling)"
+    if error.get("type") == "union_tag_invalid":
+        return " (allowed: type = 'libp2p' | 'mqtt' | 'memory')"
+    return ""
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        path = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        lines.append(f"{source}: {path}: {error['msg']}{_allowed_hint(error)}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> NodeConfig:
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from None
+
+
+def load_config(path: str | Path) -> NodeConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found (create one with `swarm init {path}`)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(data, str(path))

@@ -1,0 +1,89 @@
+"""Config sections owned by `policy/` and `rewards/`: model, sampler, GRPO, tasks, rewards."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from swarm.config.base import StrictModel
+
+
+class ModelConfig(StrictModel):
+    name_or_path: str = "builtin:tiny"
+    """`builtin:tiny` (built locally, no download), or any Hugging Face model id or local path."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the policy trains; `auto` picks CUDA when available."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype for training."""
+    seed: int = 0
+    """Seed for model init (builtin) and sampling."""
+
+
+class SamplerConfig(StrictModel):
+    backend: Literal["transformers", "vllm"] = "transformers"
+    """`transformers` (CPU or GPU) or `vllm` (GPU; needs `pip install swarm-rl[vllm]`)."""
+    group_size: int = Field(8, ge=1, le=256)
+    """G: completions sampled per prompt."""
+    max_new_tokens: int = Field(8, ge=1, le=32768)
+    """Longest completion sampled."""
+    temperature: float = Field(1.0, gt=0, le=10)
+    """Sampling temperature."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+
+
+class TrainConfig(StrictModel):
+    learning_rate: float = Field(1e-4, gt=0, le=1)
+    """Adam learning rate."""
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "dapo"
+    """Token aggregation: per-sequence mean (grpo), constant normalizer (dr_grpo), token mean (dapo)."""
+    scale_rewards: Literal["group", "none"] = "group"
+    """Divide advantages by the group's std (`group`) or not (`none`, as in Dr. GRPO)."""
+    baseline: Literal["mean", "median"] = "mean"
+    """Group baseline: mean, or MC-GRPO's median with the pivot sample dropped."""
+    epsilon: float = Field(0.2, ge=0, le=1)
+    """Lower PPO clip range."""
+    epsilon_high: float | None = Field(None, ge=0, le=10)
+    """Upper PPO clip range (DAPO clip-higher); defaults to `epsilon`."""
+    beta: float = Field(0.0, ge=0)
+    """KL coefficient to the initial (reference) policy; 0 keeps no reference copy."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping norm."""
+    importance_cap: float = Field(2.0, ge=1)
+    """Truncation of importance weights between sampler and trainer logprobs."""
+
+    @model_validator(mode="after")
+    def _clip_order(self) -> TrainConfig:
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise ValueError("epsilon_high must be >= epsilon")
+        return self
+
+
+class TaskSpec(StrictModel):
+    source: str
+    """A task source name: a built-in generator (e.g. `add`, `copy`, `reverse`) or `rg:<dataset>`."""
+    weight: float = Field(1.0, gt=0)
+    """Relative frequency in the mixture."""
+
+
+class TasksConfig(StrictModel):
+    mixture: list[TaskSpec] = [TaskSpec(source="add")]
+    """Weighted task mixture this node samples its own questions from."""
+    seed: int = 0
+    """Seed of this node's task stream (task references carry it)."""
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> TasksConfig:
+        if not self.mixture:
+            raise ValueError("the task mixture needs at least one source")
+        return self
+
+
+class RewardsConfig(StrictModel):
+    correctness: str = "exact"
+    """Reward function name from the registry (see `rewards.registry`)."""
+    format_weight: float = Field(0.0, ge=0, le=1)
+    """Weight of the optional format reward added to correctness."""
+    timeout_s: float = Field(2.0, gt=0)
+    """Time limit for any single reward computation that may run long."""

@@ -1,0 +1,49 @@
+"""Config sections owned by `node/`: identity, data dir, the SAPO mix and checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from swarm.config.base import StrictModel
+
+
+class NodeSection(StrictModel):
+    name: str = "node"
+    """Human-readable name used in logs and metrics (not an identity)."""
+    swarm_id: str = Field("swarm-demo", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    """Which swarm to join; messages for other swarm ids are refused."""
+    data_dir: Path = Path("runs/node")
+    """Where checkpoints, metrics.jsonl and (by default) the key live."""
+    key_file: Path | None = None
+    """Ed25519 key file (mode 0600). Default: <data_dir>/node.key, created if missing."""
+    checkpoint_every: int = Field(10, ge=1)
+    """Write a checkpoint every this many rounds (and on Ctrl-C / SIGTERM)."""
+
+    @property
+    def resolved_key_file(self) -> Path:
+        return self.key_file if self.key_file is not None else self.data_dir / "node.key"
+
+
+class SapoConfig(StrictModel):
+    local_groups: int = Field(4, ge=0, le=256)
+    """I: groups this node samples itself each round."""
+    external_groups: int = Field(4, ge=0, le=256)
+    """J: groups taken from peers each round (0 = a silo node)."""
+    max_staleness: int = Field(2, ge=0, le=64)
+    """Use nothing older than this many swarm rounds."""
+    max_ahead: int = Field(8, ge=0, le=1024)
+    """Refuse messages claiming a round more than this far beyond our own."""
+    per_sender_cap: int = Field(2, ge=1)
+    """At most this many external groups from one sender per round."""
+    pool_max_groups: int = Field(1024, ge=1)
+    """Bound on groups held in the rollout pool."""
+    pool_max_bytes: int = Field(64 << 20, ge=1 << 16)
+    """Bound on the pool's text bytes."""
+
+    @model_validator(mode="after")
+    def _something_to_train(self) -> SapoConfig:
+        if self.local_groups + self.external_groups == 0:
+            raise ValueError("local_groups + external_groups must be > 0")
+        return self

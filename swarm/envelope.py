@@ -1,0 +1,90 @@
+"""Signed envelopes: the only thing that travels between nodes.
+
+Wire form (msgpack array, language-neutral):
+    [version, kind, swarm_id, sender, seq, round, payload, signature]
+`signature` is Ed25519 by `sender` (a libp2p peer id, which embeds the public key) over
+    b"swarm/envelope/v1\\0" + msgpack([version, kind, swarm_id, sender, seq, round, payload]).
+
+Invariants:
+- `decode_envelope` checks, in this order, size, structure, version, kind, swarm id and
+  signature, and raises `WireError` with one reason per check; a returned envelope is
+  authentic (the sender really signed it) but not yet fresh (replay and staleness checks
+  belong to gossip and the clock).
+- The payload stays bytes here; it is decoded by kind with its own limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swarm import PROTOCOL_VERSION
+from swarm.codec import Limits, pack, unpack
+from swarm.errors import WireError
+from swarm.identity import Identity, verify
+from swarm.messages import PAYLOAD_TYPES
+
+_DOMAIN = b"swarm/envelope/v1\x00"
+MAX_SWARM_ID_CHARS = 128
+
+
+@dataclass(frozen=True)
+class Envelope:
+    version: int
+    kind: str
+    swarm_id: str
+    sender: str
+    seq: int
+    round: int
+    payload: bytes
+    signature: bytes = b""
+
+    def signed_bytes(self) -> bytes:
+        body = [self.version, self.kind, self.swarm_id, self.sender, self.seq, self.round, self.payload]
+        return _DOMAIN + pack(body)
+
+    def encode(self) -> bytes:
+        return pack(
+            [self.version, self.kind, self.swarm_id, self.sender, self.seq, self.round,
+             self.payload, self.signature]
+        )
+
+
+def seal(
+    identity: Identity, *, kind: str, swarm_id: str, seq: int, round: int, payload: bytes
+) -> Envelope:
+    """Build and sign an envelope from this node."""
+    unsigned = Envelope(PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, round, payload)
+    signature = identity.sign(unsigned.signed_bytes())
+    return Envelope(PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, round, payload, signature)
+
+
+def decode_envelope(data: bytes, limits: Limits, swarm_id: str) -> Envelope:
+    """Decode and authenticate one envelope for `swarm_id`, or raise WireError."""
+    obj = unpack(data, limits)
+    if not isinstance(obj, list) or len(obj) != 8:
+        raise WireError("malformed", "an envelope is an array of 8 fields")
+    version, kind, env_swarm, sender, seq, rnd, payload, signature = obj
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise WireError("malformed", "version must be an int")
+    if version != PROTOCOL_VERSION:
+        raise WireError("bad_version", f"version {version}, this node speaks {PROTOCOL_VERSION}")
+    if not isinstance(kind, str):
+        raise WireError("malformed", "kind must be a string")
+    if kind not in PAYLOAD_TYPES:
+        raise WireError("unknown_kind", repr(kind)[:64])
+    if not isinstance(env_swarm, str) or len(env_swarm) > MAX_SWARM_ID_CHARS:
+        raise WireError("malformed", "swarm id must be a short string")
+    if env_swarm != swarm_id:
+        raise WireError("wrong_swarm", f"{env_swarm[:64]!r} is not {swarm_id!r}")
+    if not isinstance(sender, str):
+        raise WireError("malformed", "sender must be a string")
+    for name, value in (("seq", seq), ("round", rnd)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise WireError("malformed", f"{name} must be a non-negative int")
+    if not isinstance(payload, bytes) or not isinstance(signature, bytes):
+        raise WireError("malformed", "payload and signature must be bytes")
+    if len(signature) != 64:
+        raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
+    envelope = Envelope(version, kind, env_swarm, sender, seq, rnd, payload, signature)
+    verify(sender, envelope.signed_bytes(), signature)
+    return envelope

@@ -1,0 +1,21 @@
+"""The one error type the wire layer raises.
+
+Invariant: every refusal of peer input is a `WireError` whose `reason` is a short,
+stable, machine-readable token (used as a metrics key). Nothing a peer sends makes the
+decoder raise any other exception type.
+"""
+
+from __future__ import annotations
+
+
+class WireError(ValueError):
+    """A message from the network was refused; `reason` names why (a counter key)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class ConfigError(ValueError):
+    """A user's configuration is unusable; the message names the file, field and fix."""

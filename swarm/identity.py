@@ -1,0 +1,163 @@
+"""Node identities: Ed25519 keys, libp2p-format peer ids, signatures.
+
+Invariants:
+- A key file holds the 32-byte Ed25519 seed, hex encoded, and is created with mode 0600.
+  A key file readable by group or others is refused (it would let anyone impersonate
+  the node).
+- The peer id is exactly libp2p's: base58btc of the identity multihash of the
+  protobuf-encoded public key, so the same key is the node's libp2p host identity and a
+  receiver can recover the public key from the sender id alone (no key exchange).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
+from swarm.errors import ConfigError, WireError
+
+_B58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_B58_INDEX = {c: i for i, c in enumerate(_B58_ALPHABET)}
+# protobuf PublicKey{Type: Ed25519 (=1), Data: 32 bytes}
+_PB_ED25519_PREFIX = b"\x08\x01\x12\x20"
+# identity multihash: code 0x00, length 36
+_MH_IDENTITY_PREFIX = b"\x00\x24"
+PEER_ID_MAX_CHARS = 64
+
+
+def b58encode(data: bytes) -> str:
+    n = int.from_bytes(data, "big")
+    out = []
+    while n:
+        n, rem = divmod(n, 58)
+        out.append(_B58_ALPHABET[rem])
+    pad = len(data) - len(data.lstrip(b"\x00"))
+    return "1" * pad + "".join(reversed(out))
+
+
+def b58decode(text: str) -> bytes:
+    n = 0
+    for char in text:
+        if char not in _B58_INDEX:
+            raise ValueError(f"invalid base58 character {char!r}")
+        n = n * 58 + _B58_INDEX[char]
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
+    pad = len(text) - len(text.lstrip("1"))
+    return b"\x00" * pad + body
+
+
+def peer_id_from_public_bytes(public: bytes) -> str:
+    if len(public) != 32:
+        raise ValueError("an Ed25519 public key is 32 bytes")
+    return b58encode(_MH_IDENTITY_PREFIX + _PB_ED25519_PREFIX + public)
+
+
+def public_bytes_from_peer_id(peer_id: str) -> bytes:
+    """Recover the Ed25519 public key inside a peer id; WireError if it holds none."""
+    if not isinstance(peer_id, str) or not 0 < len(peer_id) <= PEER_ID_MAX_CHARS:
+        raise WireError("bad_sender", "peer id has the wrong length")
+    try:
+        raw = b58decode(peer_id)
+    except ValueError as exc:
+        raise WireError("bad_sender", str(exc)) from None
+    prefix = _MH_IDENTITY_PREFIX + _PB_ED25519_PREFIX
+    if len(raw) != len(prefix) + 32 or not raw.startswith(prefix):
+        raise WireError("bad_sender", "peer id is not an Ed25519 identity multihash")
+    return raw[len(prefix) :]
+
+
+def verify(peer_id: str, message: bytes, signature: bytes) -> None:
+    """Raise WireError("bad_signature") unless `signature` by `peer_id` covers `message`."""
+    public = Ed25519PublicKey.from_public_bytes(public_bytes_from_peer_id(peer_id))
+    try:
+        public.verify(signature, message)
+    except InvalidSignature:
+        raise WireError("bad_signature", f"signature does not verify for {peer_id}") from None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A node's signing key and the peer id derived from it."""
+
+    private_key: Ed25519PrivateKey
+
+    @classmethod
+    def generate(cls) -> Identity:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> Identity:
+        if len(seed) != 32:
+            raise ValueError("an Ed25519 seed is 32 bytes")
+        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+
+    @property
+    def seed(self) -> bytes:
+        return self.private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+
+    @property
+    def public_bytes(self) -> bytes:
+        return self.private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    @property
+    def peer_id(self) -> str:
+        return peer_id_from_public_bytes(self.public_bytes)
+
+    def sign(self, message: bytes) -> bytes:
+        return self.private_key.sign(message)
+
+
+def write_key_file(path: Path, identity: Identity | None = None, *, overwrite: bool = False) -> Identity:
+    """Create a 0600 key file holding a (new) identity's seed; refuse to clobber one."""
+    identity = identity or Identity.generate()
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path}: key file already exists; refusing to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, identity.seed.hex().encode() + b"\n")
+    finally:
+        os.close(fd)
+    return identity
+
+
+def load_key_file(path: Path) -> Identity:
+    """Load an identity; refuse files that others can read or that hold no valid seed."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: key file not found; create one with `swarm keygen {path}`")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            f"{path}: key file is readable by others (mode {mode:o}); run `chmod 600 {path}`"
+        )
+    text = path.read_text().strip()
+    try:
+        seed = bytes.fromhex(text)
+        return Identity.from_seed(seed)
+    except ValueError:
+        raise ConfigError(f"{path}: not a swarm key file (expected 64 hex characters)") from None
+
+
+def load_or_create_key_file(path: Path) -> Identity:
+    path = Path(path)
+    if path.exists():
+        return load_key_file(path)
+    return write_key_file(path)

@@ -1,0 +1,278 @@
+"""Wire types: one frozen dataclass per message kind, and strict conversion to and from
+plain msgpack-able values.
+
+Invariants:
+- `from_wire` accepts exactly the documented fields with exactly the documented types
+  (bool is not an int, NaN rewards are refused) and raises `WireError("bad_payload")`
+  for anything else; it never trusts a peer's value beyond its type and bounds.
+- Rewards and answers in a `RolloutGroup` are advisory: receivers recompute them from
+  the task reference. A group carries the task *reference*, never a trusted answer.
+- Field order in `to_wire` is fixed; the encoding is language-neutral (see README).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from swarm.codec import Limits, pack, unpack
+from swarm.errors import WireError
+
+MAX_NAME_CHARS = 256
+MAX_TEXT_CHARS = 64 * 1024
+MAX_GROUP_SIZE = 256
+
+
+def _fail(msg: str) -> WireError:
+    return WireError("bad_payload", msg)
+
+
+def _map(obj: Any, keys: tuple[str, ...], required: tuple[str, ...] | None = None) -> dict:
+    if not isinstance(obj, dict):
+        raise _fail("expected a map")
+    unknown = set(obj) - set(keys)
+    if unknown:
+        raise _fail(f"unknown fields {sorted(unknown)[:5]}")
+    missing = set(required if required is not None else keys) - set(obj)
+    if missing:
+        raise _fail(f"missing fields {sorted(missing)}")
+    return obj
+
+
+def _int(value: Any, name: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise _fail(f"{name} must be an int in [{lo}, {hi}]")
+    return value
+
+
+def _str(value: Any, name: str, max_chars: int = MAX_NAME_CHARS) -> str:
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise _fail(f"{name} must be a string of at most {max_chars} chars")
+    return value
+
+
+def _float(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(f"{name} must be a number")
+    if not math.isfinite(value):
+        raise _fail(f"{name} must be finite")
+    return float(value)
+
+
+def _bytes(value: Any, name: str, max_len: int) -> bytes:
+    if not isinstance(value, bytes) or len(value) > max_len:
+        raise _fail(f"{name} must be bytes of at most {max_len}")
+    return value
+
+
+def _list(value: Any, name: str, max_len: int) -> list:
+    if not isinstance(value, list) or len(value) > max_len:
+        raise _fail(f"{name} must be a list of at most {max_len} items")
+    return value
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A verifiable task by reference: the receiver regenerates question and answer."""
+
+    source: str
+    seed: int
+    index: int
+
+    def to_wire(self) -> dict:
+        return {"source": self.source, "seed": self.seed, "index": self.index}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> TaskRef:
+        m = _map(obj, ("source", "seed", "index"))
+        return cls(_str(m["source"], "source"), _int(m["seed"], "seed"), _int(m["index"], "index"))
+
+
+@dataclass(frozen=True)
+class Hello:
+    """`peers` topic: who a node is, what it runs, how far it is."""
+
+    KIND: ClassVar[str] = "hello"
+    model_id: str
+    model_family: str
+    policy_version: int
+    capabilities: tuple[str, ...] = ()
+
+    def to_wire(self) -> dict:
+        return {
+            "model_id": self.model_id,
+            "model_family": self.model_family,
+            "policy_version": self.policy_version,
+            "capabilities": list(self.capabilities),
+        }
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> Hello:
+        m = _map(obj, ("model_id", "model_family", "policy_version", "capabilities"))
+        caps = _list(m["capabilities"], "capabilities", 32)
+        return cls(
+            _str(m["model_id"], "model_id"),
+            _str(m["model_family"], "model_family"),
+            _int(m["policy_version"], "policy_version"),
+            tuple(_str(c, "capability", 64) for c in caps),
+        )
+
+
+@dataclass(frozen=True)
+class RolloutGroup:
+    """`rollouts` topic: one prompt and the G completions one node sampled for it."""
+
+    KIND: ClassVar[str] = "rollouts"
+    task: TaskRef
+    prompt: str
+    completions: tuple[str, ...]
+    rewards: tuple[float, ...]  # advisory only
+    model_id: str
+    policy_version: int
+
+    def __post_init__(self) -> None:
+        if len(self.completions) != len(self.rewards):
+            raise _fail("completions and rewards differ in length")
+
+    def to_wire(self) -> dict:
+        return {
+            "task": self.task.to_wire(),
+            "prompt": self.prompt,
+            "completions": list(self.completions),
+            "rewards": list(self.rewards),
+            "model_id": self.model_id,
+            "policy_version": self.policy_version,
+        }
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> RolloutGroup:
+        m = _map(obj, ("task", "prompt", "completions", "rewards", "model_id", "policy_version"))
+        completions = _list(m["completions"], "completions", MAX_GROUP_SIZE)
+        rewards = _list(m["rewards"], "rewards", MAX_GROUP_SIZE)
+        if not completions:
+            raise _fail("a group needs at least one completion")
+        return cls(
+            task=TaskRef.from_wire(m["task"]),
+            prompt=_str(m["prompt"], "prompt", MAX_TEXT_CHARS),
+            completions=tuple(_str(c, "completion", MAX_TEXT_CHARS) for c in completions),
+            rewards=tuple(_float(r, "reward") for r in rewards),
+            model_id=_str(m["model_id"], "model_id"),
+            policy_version=_int(m["policy_version"], "policy_version"),
+        )
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """`rollouts` topic payload: the groups one node publishes for one round."""
+
+    KIND: ClassVar[str] = "rollouts"
+    groups: tuple[RolloutGroup, ...]
+
+    def to_wire(self) -> dict:
+        return {"groups": [g.to_wire() for g in self.groups]}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> RolloutBatch:
+        m = _map(obj, ("groups",))
+        groups = _list(m["groups"], "groups", 1024)
+        return cls(tuple(RolloutGroup.from_wire(g) for g in groups))
+
+
+@dataclass(frozen=True)
+class DeltaPacket:
+    """`deltas/<family>` topic: a compressed weight delta (tensors as safetensors bytes)."""
+
+    KIND: ClassVar[str] = "delta"
+    model_family: str
+    base_version: int
+    encoding: str
+    tensors: bytes
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def to_wire(self) -> dict:
+        return {
+            "model_family": self.model_family,
+            "base_version": self.base_version,
+            "encoding": self.encoding,
+            "tensors": self.tensors,
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> DeltaPacket:
+        m = _map(obj, ("model_family", "base_version", "encoding", "tensors", "meta"))
+        meta = m["meta"]
+        if not isinstance(meta, dict) or len(meta) > 64:
+            raise _fail("meta must be a small map")
+        return cls(
+            model_family=_str(m["model_family"], "model_family"),
+            base_version=_int(m["base_version"], "base_version"),
+            encoding=_str(m["encoding"], "encoding", 64),
+            tensors=_bytes(m["tensors"], "tensors", 1 << 30),
+            meta={_str(k, "meta key"): _str(v, "meta value", 4096) for k, v in meta.items()},
+        )
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of an encoded envelope too large to send whole.
+
+    `content_hash` is sha256 of the whole encoded inner envelope, `chunk_hash` sha256 of
+    `data`; reassembly happens only when every chunk verified and the whole hash matches.
+    """
+
+    KIND: ClassVar[str] = "chunk"
+    content_hash: bytes
+    index: int
+    count: int
+    total_size: int
+    chunk_hash: bytes
+    data: bytes
+
+    def to_wire(self) -> dict:
+        return {
+            "content_hash": self.content_hash,
+            "index": self.index,
+            "count": self.count,
+            "total_size": self.total_size,
+            "chunk_hash": self.chunk_hash,
+            "data": self.data,
+        }
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> Chunk:
+        m = _map(obj, ("content_hash", "index", "count", "total_size", "chunk_hash", "data"))
+        count = _int(m["count"], "count", 1, 1 << 16)
+        chunk = cls(
+            content_hash=_bytes(m["content_hash"], "content_hash", 32),
+            index=_int(m["index"], "index", 0, count - 1),
+            count=count,
+            total_size=_int(m["total_size"], "total_size", 1, 1 << 34),
+            chunk_hash=_bytes(m["chunk_hash"], "chunk_hash", 32),
+            data=_bytes(m["data"], "data", 1 << 24),
+        )
+        if len(chunk.content_hash) != 32 or len(chunk.chunk_hash) != 32:
+            raise _fail("hashes must be 32 bytes")
+        return chunk
+
+
+PAYLOAD_TYPES: dict[str, Any] = {
+    Hello.KIND: Hello,
+    RolloutBatch.KIND: RolloutBatch,
+    DeltaPacket.KIND: DeltaPacket,
+    Chunk.KIND: Chunk,
+}
+
+Payload = Hello | RolloutBatch | DeltaPacket | Chunk
+
+
+def encode_payload(message: Payload) -> bytes:
+    return pack(message.to_wire())
+
+
+def decode_payload(kind: str, data: bytes, limits: Limits) -> Payload:
+    cls = PAYLOAD_TYPES.get(kind)
+    if cls is None:
+        raise WireError("unknown_kind", repr(kind)[:64])
+    return cls.from_wire(unpack(data, limits))

@@ -74,16 +74,13 @@ def unpack(data: bytes, limits: Limits) -> Any:
         raise WireError("malformed", "truncated msgpack") from None
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
         # msgpack signals exceeded limits, bad utf-8 and bad bytes with these types.
-        reason = "oversize" if "exceeds max" in str(exc) else "malformed"
+        text = str(exc)
+        reason = "oversize" if "exceeds max" in text and "max_ext_len" not in text else "malformed"
         raise WireError(reason, f"{type(exc).__name__}: {exc}") from None
-    try:
-        unpacker.unpack()
-    except msgpack.OutOfData:
-        pass
-    except (ValueError, TypeError, msgpack.UnpackException, WireError):
-        raise WireError("malformed", "trailing bytes after message") from None
-    else:
-        raise WireError("malformed", "trailing data after message")
+    # Any byte after the first object is refused, including an incomplete second object
+    # (which `unpack()` would report as OutOfData, indistinguishable from "no more").
+    if unpacker.tell() != len(data):
+        raise WireError("malformed", "trailing bytes after message")
     if not _depth_ok(obj, limits.max_depth):
         raise WireError("malformed", f"nesting deeper than {limits.max_depth}")
     return obj

@@ -1,0 +1,271 @@
+"""The `swarm` command line: parsing and printing only; the work lives in node/.
+
+Invariant: a user mistake (bad config, missing key file, bad flag value) prints one
+line starting with `error:` and exits with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from swarm import __version__
+from swarm.config import NodeConfig, load_config
+from swarm.config.template import render_config
+from swarm.errors import ConfigError
+from swarm.identity import load_key_file, write_key_file
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="A decentralized RL post-training node.")
+config_app = typer.Typer(no_args_is_help=True, help="Work with node config files.")
+app.add_typer(config_app, name="config")
+console = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(func: F) -> F:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as exc:
+            for line in str(exc).splitlines():
+                err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"swarm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """swarm: sample, share and train with strangers' GPUs, no coordinator."""
+
+
+@app.command()
+@user_errors
+def keygen(
+    path: Annotated[Path, typer.Argument(help="Where to write the key (mode 0600).")],
+    force: Annotated[bool, typer.Option(help="Overwrite an existing key file.")] = False,
+) -> None:
+    """Create an Ed25519 node key and print its peer id."""
+    identity = write_key_file(path, overwrite=force)
+    console.print(identity.peer_id)
+
+
+@app.command()
+@user_errors
+def peerid(path: Annotated[Path, typer.Argument(help="A key file.")]) -> None:
+    """Print the peer id of a key file."""
+    console.print(load_key_file(path).peer_id)
+
+
+@app.command()
+@user_errors
+def init(
+    path: Annotated[Path, typer.Argument(help="Config file to write.")] = Path("node.toml"),
+    name: Annotated[str, typer.Option(help="Node name.")] = "node",
+    swarm_id: Annotated[str, typer.Option(help="Swarm to join.")] = "swarm-demo",
+    transport: Annotated[str, typer.Option(help="libp2p | mqtt | memory")] = "libp2p",
+    data_dir: Annotated[Path | None, typer.Option(help="Data dir (default runs/<name>).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented node config with every option and its default."""
+    if path.exists() and not force:
+        raise ConfigError(f"{path}: already exists; pass --force to overwrite it")
+    from node.build import apply_overrides
+
+    config = apply_overrides(
+        NodeConfig(),
+        {
+            "node": {"name": name, "swarm_id": swarm_id, "data_dir": str(data_dir or Path("runs") / name)},
+            "transport": {"type": transport},
+        },
+        "swarm init",
+    )
+    notes = {
+        "transport": "Choose type = \"libp2p\" (default, peer to peer), \"mqtt\" (through a broker:\n"
+        "host, port) or \"memory\" (tests). Each type has its own keys."
+    }
+    path.write_text(render_config(config, notes))
+    console.print(f"wrote {path}; check it with `swarm config check {path}`")
+
+
+@config_app.command("check")
+@user_errors
+def config_check(path: Annotated[Path, typer.Argument(help="Config file.")]) -> None:
+    """Validate a config file; print a summary or the exact field that is wrong."""
+    config = load_config(path)
+    t = config.transport
+    console.print(f"{path}: ok")
+    console.print(f"  node {config.node.name!r} in swarm {config.node.swarm_id!r}, data in {config.node.data_dir}")
+    console.print(f"  transport {t.type}" + (f", listen {t.listen}, {len(t.bootstrap)} bootstrap peers" if t.type == "libp2p" else ""))
+    console.print(f"  model {config.model.name_or_path}, sampler {config.sampler.backend}, G={config.sampler.group_size}")
+    console.print(
+        f"  SAPO I={config.sapo.local_groups} J={config.sapo.external_groups}, "
+        f"max_staleness={config.sapo.max_staleness}, loss={config.train.loss_type}"
+    )
+
+
+def _override_args(
+    bootstrap: list[str] | None, listen: str | None, data_dir: Path | None, name: str | None
+) -> dict[str, dict[str, Any]]:
+    overrides: dict[str, dict[str, Any]] = {"node": {}, "transport": {}}
+    if data_dir is not None:
+        overrides["node"]["data_dir"] = str(data_dir)
+    if name is not None:
+        overrides["node"]["name"] = name
+    if bootstrap:
+        overrides["transport"]["bootstrap"] = bootstrap
+    if listen is not None:
+        overrides["transport"]["listen"] = listen
+    return overrides
+
+
+BootstrapOpt = Annotated[list[str] | None, typer.Option("--bootstrap", help="Peer multiaddr (repeatable).")]
+ListenOpt = Annotated[str | None, typer.Option(help="Listen multiaddr, e.g. /ip4/0.0.0.0/tcp/4001.")]
+DataDirOpt = Annotated[Path | None, typer.Option(help="Data dir (checkpoints, metrics, key).")]
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Node config file.")]
+
+
+def _install_stop_handlers(stop: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+
+
+@app.command()
+@user_errors
+def join(
+    config_path: ConfigOpt = Path("node.toml"),
+    rounds: Annotated[int | None, typer.Option(help="Stop after this many rounds (default: run until Ctrl-C).")] = None,
+    bootstrap: BootstrapOpt = None,
+    listen: ListenOpt = None,
+    data_dir: DataDirOpt = None,
+    name: Annotated[str | None, typer.Option(help="Node name override.")] = None,
+    json_progress: Annotated[bool, typer.Option("--json", help="Print each round's metrics as JSON.")] = False,
+) -> None:
+    """Join a swarm: sample, share, train on local + peers' rollouts, checkpoint, resume."""
+    from node.build import apply_overrides, build_node
+    from node.progress import print_round
+
+    config = apply_overrides(
+        load_config(config_path), _override_args(bootstrap, listen, data_dir, name), str(config_path)
+    )
+
+    def show(report: Any) -> None:
+        if json_progress:
+            print(json.dumps(report.record, sort_keys=True), flush=True)
+        else:
+            print_round(console, config.node.name, report.record)
+
+    async def run() -> int:
+        node = build_node(config, on_round=show)
+        resumed = node.resume()
+        if resumed is not None:
+            err.print(f"resumed from {resumed} at round {node.rounds_done}")
+        _install_stop_handlers(node.request_stop)
+
+        def started() -> None:
+            err.print(f"peer id {node.peer_id}")
+            for addr in node.listen_addrs():
+                err.print(f"listening on {addr}")
+
+        return await node.run(rounds, on_started=started)
+
+    done = asyncio.run(run())
+    err.print(f"stopped after round {done}; checkpoint written")
+
+
+@app.command()
+@user_errors
+def train(
+    config_path: ConfigOpt = Path("node.toml"),
+    rounds: Annotated[int, typer.Option(help="Rounds to train.")] = 50,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Train a silo node (no network): the same loop with J = 0 and a memory transport."""
+    from node.build import apply_overrides, build_node
+    from node.progress import print_round
+
+    config = apply_overrides(
+        load_config(config_path),
+        {
+            "transport": {"type": "memory", "network": f"silo-{id(config_path)}"},
+            "sapo": {"external_groups": 0},
+            "node": {"data_dir": str(data_dir) if data_dir else None},
+        },
+        str(config_path),
+    )
+
+    async def run() -> int:
+        node = build_node(config, on_round=lambda r: print_round(console, config.node.name, r.record))
+        node.resume()
+        _install_stop_handlers(node.request_stop)
+        return await node.run(rounds)
+
+    asyncio.run(run())
+
+
+@app.command()
+@user_errors
+def status(
+    data_dir: Annotated[Path, typer.Argument(help="A node's data dir (holds metrics.jsonl).")],
+    last: Annotated[int, typer.Option(help="Average over the last N rounds.")] = 10,
+) -> None:
+    """Summarize a running or finished node from its metrics."""
+    from node.progress import status_table
+
+    console.print(status_table(data_dir, last))
+
+
+@app.command()
+@user_errors
+def peers(
+    config_path: ConfigOpt = Path("node.toml"),
+    seconds: Annotated[float, typer.Option(help="How long to listen (0 = until Ctrl-C).")] = 0.0,
+    bootstrap: BootstrapOpt = None,
+    listen: ListenOpt = None,
+) -> None:
+    """Start a gossip endpoint only and print peers and messages as they arrive."""
+    from node.build import apply_overrides
+    from node.listen import listen_and_print
+
+    config = apply_overrides(load_config(config_path), _override_args(bootstrap, listen, None, None), str(config_path))
+    asyncio.run(listen_and_print(config, seconds, lambda line: print(line, flush=True)))
+
+
+@app.command()
+@user_errors
+def demo(
+    nodes: Annotated[int, typer.Option(help="How many local nodes.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Rounds per node.")] = 40,
+    out: Annotated[Path, typer.Option(help="Where the demo nodes keep their data.")] = Path("runs/demo"),
+) -> None:
+    """Run a few tiny-model nodes on 127.0.0.1 over libp2p, sharing rollouts; print a summary."""
+    from node.demo import run_demo
+
+    sys.exit(run_demo(nodes, rounds, out, console))
+
+
+if __name__ == "__main__":
+    app()

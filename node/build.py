@@ -1,0 +1,38 @@
+"""Building a node's parts from its config: the only place they are wired together.
+
+Invariant: each part receives only its own config section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gossip.factory import make_transport
+from gossip.layer import Gossip
+from node.runner import Node, RoundReport
+from swarm.clock import WallClock
+from swarm.config import NodeConfig, parse_config
+from swarm.identity import Identity, load_or_create_key_file
+
+
+def apply_overrides(config: NodeConfig, overrides: dict[str, dict[str, Any]], source: str) -> NodeConfig:
+    """Re-validate `config` with section-level overrides (e.g. from CLI flags)."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    for section, values in overrides.items():
+        data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    return parse_config(data, source)
+
+
+def build_gossip(config: NodeConfig, identity: Identity) -> Gossip:
+    transport = make_transport(config.transport, identity)
+    return Gossip(transport, identity, config.node.swarm_id, config.gossip, WallClock())
+
+
+def build_node(config: NodeConfig, on_round: Callable[[RoundReport], None] | None = None) -> Node:
+    from node.policy_learner import PolicyLearner  # torch import: only when a node is built
+
+    identity = load_or_create_key_file(config.node.resolved_key_file)
+    gossip = build_gossip(config, identity)
+    learner = PolicyLearner(config)
+    return Node(config, gossip, learner, WallClock(), on_round=on_round, capabilities=("rollouts",))

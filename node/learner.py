@@ -1,0 +1,79 @@
+"""What the round loop needs from a policy: the `Learner` protocol and its data types.
+
+Invariant: the round loop talks to models only through this protocol, so simnet can
+swap in a stub learner (no torch) for protocol-scale runs. Implementations are
+synchronous and may be slow; the node runs them off the event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from swarm.messages import RolloutGroup, TaskRef
+
+
+@dataclass(frozen=True)
+class LocalGroup:
+    """A group this node sampled: text for the wire, tokens and logprobs for training."""
+
+    ref: TaskRef
+    prompt: str
+    completions: tuple[str, ...]
+    rewards: tuple[float, ...]
+    token_ids: tuple[tuple[int, ...], ...] | None = None
+    sampler_logprobs: tuple[tuple[float, ...], ...] | None = None
+
+    def to_wire(self, model_id: str, policy_version: int) -> RolloutGroup:
+        return RolloutGroup(
+            task=self.ref,
+            prompt=self.prompt,
+            completions=self.completions,
+            rewards=self.rewards,
+            model_id=model_id,
+            policy_version=policy_version,
+        )
+
+
+@dataclass(frozen=True)
+class ExternalGroup:
+    """A peer's group, re-scored locally (its advisory rewards are not used)."""
+
+    sender: str
+    prompt: str
+    completions: tuple[str, ...]
+    rewards: tuple[float, ...]
+
+
+@dataclass
+class SampleResult:
+    groups: list[LocalGroup]
+    sample_s: float
+    score_s: float
+
+
+@dataclass
+class TrainResult:
+    stats: dict[str, Any] = field(default_factory=dict)
+    train_s: float = 0.0
+
+
+class Learner(Protocol):
+    model_id: str
+    model_family: str
+
+    @property
+    def policy_version(self) -> int: ...
+
+    def sample(self, refs: list[TaskRef], seed: int) -> SampleResult: ...
+
+    def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult: ...
+
+    def save(self, directory: Path, manifest: dict[str, Any]) -> None:
+        """Write an atomic checkpoint directory holding the learner state and `manifest`."""
+        ...
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        """Restore from a checkpoint directory; return its manifest."""
+        ...

@@ -1,0 +1,80 @@
+"""Human-facing views of a node's metrics: one line per round, and `swarm status`."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from node.metrics import read_metrics
+from swarm.errors import ConfigError
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def print_round(console: Console, name: str, record: dict[str, Any]) -> None:
+    seconds = record.get("seconds", {})
+    console.print(
+        f"[bold]{name}[/bold] round {record['round']:>4}  v{record['policy_version']:<4} "
+        f"reward {_fmt(record['mean_local_reward'])}  "
+        f"external {record['external_groups']} from {len(record['external_by_sender'])} peers  "
+        f"peers {record['peers']}  pool {record['pool_groups']}  "
+        f"{seconds.get('total', 0):.2f}s",
+        highlight=False,
+    )
+
+
+def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
+    tail = records[-last:]
+    rewards = [r["mean_local_reward"] for r in tail if r["mean_local_reward"] is not None]
+    first = [r["mean_local_reward"] for r in records[:last] if r["mean_local_reward"] is not None]
+    by_sender: Counter[str] = Counter()
+    for record in records:
+        by_sender.update(record["external_by_sender"])
+    final = records[-1]
+    seconds = Counter()
+    for record in records:
+        seconds.update(record["seconds"])
+    work = seconds["sample"] + seconds["score"] + seconds["train"]
+    return {
+        "rounds": final["round"],
+        "policy_version": final["policy_version"],
+        "swarm_round": final["swarm_round"],
+        "reward_first": statistics.fmean(first) if first else None,
+        "reward_last": statistics.fmean(rewards) if rewards else None,
+        "cumulative_reward": sum(r["mean_local_reward"] or 0.0 for r in records),
+        "external_groups": sum(r["external_groups"] for r in records),
+        "external_by_sender": dict(by_sender),
+        "drops": final["drops"],
+        "bytes_in": final["bytes_in"],
+        "bytes_out": final["bytes_out"],
+        "overhead_fraction": 1 - work / seconds["total"] if seconds["total"] else None,
+    }
+
+
+def status_table(data_dir: Path, last: int) -> Table:
+    records = read_metrics(data_dir / "metrics.jsonl")
+    if not records:
+        raise ConfigError(f"{data_dir}: no metrics.jsonl with rounds yet (is this a node's data_dir?)")
+    s = summarize(records, last)
+    table = Table(title=f"node {data_dir}", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("rounds / policy version / swarm round", f"{s['rounds']} / {s['policy_version']} / {s['swarm_round']}")
+    table.add_row(f"mean reward, first {last} rounds", _fmt(s["reward_first"]))
+    table.add_row(f"mean reward, last {last} rounds", _fmt(s["reward_last"]))
+    table.add_row("cumulative reward", f"{s['cumulative_reward']:.2f}")
+    table.add_row("external groups used", str(s["external_groups"]))
+    for sender, count in sorted(s["external_by_sender"].items()):
+        table.add_row(f"  from {sender[:16]}…", str(count))
+    table.add_row("dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none")
+    table.add_row("bytes in / out", f"{s['bytes_in']:,} / {s['bytes_out']:,}")
+    if s["overhead_fraction"] is not None:
+        table.add_row("time outside sample/score/train", f"{100 * s['overhead_fraction']:.1f}%")
+    return table

@@ -1,0 +1,52 @@
+"""Re-scoring a peer's rollout group from the task reference alone.
+
+Invariants:
+- The question and ground truth are regenerated locally from (source, seed, index);
+  the peer's prompt must equal the regenerated one, and the peer's rewards are only
+  compared, never used.
+- A group is refused with a reason: `unknown_task` (source/index not known here),
+  `prompt_mismatch` (the peer claims a different question), `zero_variance` (all
+  completions score the same: no GRPO signal; not the peer's fault).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from rewards.registry import score_group
+from rewards.tasks import make_task
+from swarm.config import RewardsConfig
+from swarm.messages import RolloutGroup
+
+FORGED_REWARD_GAP = 0.5
+
+
+class Refused(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Rescored:
+    rewards: tuple[float, ...]
+    advisory_gap: float  # mean |advisory - local| reward; large gaps suggest forgery
+
+    @property
+    def forged(self) -> bool:
+        return self.advisory_gap > FORGED_REWARD_GAP
+
+
+def rescore_group(group: RolloutGroup, config: RewardsConfig) -> Rescored:
+    try:
+        task = make_task(group.task)
+    except (KeyError, ValueError):
+        raise Refused("unknown_task") from None
+    if task.prompt != group.prompt:
+        raise Refused("prompt_mismatch")
+    rewards = tuple(score_group(task, list(group.completions), config))
+    gap = statistics.fmean(abs(a - b) for a, b in zip(group.rewards, rewards, strict=True))
+    if len(set(rewards)) <= 1:
+        raise Refused("zero_variance")
+    return Rescored(rewards, gap)

@@ -1,0 +1,290 @@
+"""The node: the SAPO round loop plus gossip, as named tasks that fail fast together.
+
+Invariants:
+- Three tasks: `rounds` (sample, publish, select, train, checkpoint, metrics), `receive`
+  (verify-free here: gossip already authenticated; this task applies the round clock,
+  re-scores groups and fills the pool) and `announce` (hello on the peers topic).
+  A dead task stops the node with its error.
+- Sampling and training run through `offload` (a thread in production), so gossip keeps
+  flowing while the model works.
+- The swarm round moves only on accepted messages and local steps (swarm.clock).
+- Everything used from peers is within `max_staleness` of our round at selection time.
+- A node with J = 0, or alone, runs the same loop on local groups only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gossip.layer import Gossip, Received
+from node import checkpoints
+from node.learner import ExternalGroup, Learner
+from node.metrics import MetricsWriter, histogram
+from node.pool import RolloutPool
+from node.rescore import Refused, rescore_group
+from node.supervise import supervise
+from rewards.mixture import TaskStream
+from swarm.clock import Clock, SwarmRound
+from swarm.config import NodeConfig
+from swarm.messages import Hello, RolloutBatch
+from swarm.transport import peers_topic, rollouts_topic
+
+log = logging.getLogger("swarm.node")
+
+Offload = Callable[..., Awaitable[Any]]
+ANNOUNCE_EVERY_S = 5.0
+
+
+@dataclass
+class PeerInfo:
+    model_id: str
+    model_family: str
+    policy_version: int
+    round: int
+    last_seen: float
+
+
+@dataclass
+class RoundReport:
+    """What the CLI shows after each round (a subset of the metrics line)."""
+
+    round: int
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class Node:
+    def __init__(
+        self,
+        config: NodeConfig,
+        gossip: Gossip,
+        learner: Learner,
+        clock: Clock,
+        *,
+        offload: Offload = asyncio.to_thread,
+        on_round: Callable[[RoundReport], None] | None = None,
+        capabilities: tuple[str, ...] = (),
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.config = config
+        self.gossip = gossip
+        self.learner = learner
+        self.clock = clock
+        self.offload = offload
+        self.on_round = on_round
+        self.capabilities = capabilities
+        self.timer = timer
+        self.data_dir = Path(config.node.data_dir)
+        sapo = config.sapo
+        self.swarm_round = SwarmRound(0, sapo.max_ahead)
+        self.pool = RolloutPool(
+            max_groups=sapo.pool_max_groups,
+            max_bytes=sapo.pool_max_bytes,
+            max_staleness=sapo.max_staleness,
+            per_sender_cap=sapo.per_sender_cap,
+            seed=config.tasks.seed,
+        )
+        self.tasks = TaskStream(config.tasks, config.model.seed)
+        self.rounds_done = 0
+        self.drops: Counter[str] = Counter()
+        self.peer_faults: Counter[str] = Counter()
+        self.peers: dict[str, PeerInfo] = {}
+        self.stop_requested = asyncio.Event()
+        self._rollouts_topic = rollouts_topic(config.node.swarm_id)
+        self._peers_topic = peers_topic(config.node.swarm_id)
+        self._metrics: MetricsWriter | None = None
+        self._wait_s = 0.0
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def resume(self) -> Path | None:
+        """Load the newest valid checkpoint, if any; return its directory."""
+        directory = checkpoints.latest_valid(self.data_dir)
+        if directory is None:
+            return None
+        manifest = self.learner.load(directory)
+        state = manifest["node"]
+        self.rounds_done = int(state["rounds_done"])
+        self.swarm_round.value = int(state["swarm_round"])
+        self.tasks.load_state_dict(state["tasks"])
+        self.pool.load_state_dict(state["pool"])
+        log.info("resumed from %s (round %d)", directory, self.rounds_done)
+        return directory
+
+    def checkpoint(self) -> Path:
+        directory = checkpoints.checkpoint_dir(self.data_dir, self.rounds_done)
+        manifest = {
+            "node": {
+                "rounds_done": self.rounds_done,
+                "swarm_round": self.swarm_round.value,
+                "tasks": self.tasks.state_dict(),
+                "pool": self.pool.state_dict(),
+                "peer_id": self.gossip.identity.peer_id,
+                "model_id": self.learner.model_id,
+                "model_family": self.learner.model_family,
+            }
+        }
+        if not directory.exists():
+            self.learner.save(directory, manifest)
+        checkpoints.prune(self.data_dir)
+        return directory
+
+    def request_stop(self) -> None:
+        self.stop_requested.set()
+
+    @property
+    def peer_id(self) -> str:
+        return self.gossip.identity.peer_id
+
+    def listen_addrs(self) -> list[str]:
+        """Full multiaddrs peers can bootstrap from (empty for transports without any)."""
+        listen = getattr(self.gossip.transport, "listen_addrs", None)
+        return list(listen()) if callable(listen) else []
+
+    async def run(self, rounds: int | None, on_started: Callable[[], None] | None = None) -> int:
+        """Run until `rounds` more rounds are done (None: until stopped). Returns rounds done."""
+        await self.gossip.start()
+        await self.gossip.subscribe(self._rollouts_topic)
+        await self.gossip.subscribe(self._peers_topic)
+        if on_started is not None:
+            on_started()
+        self._metrics = MetricsWriter(self.data_dir / "metrics.jsonl")
+        try:
+            await supervise(
+                self._round_loop(rounds),
+                {"receive": self._receive_loop(), "announce": self._announce_loop()},
+            )
+        finally:
+            self._metrics.close()
+            await self.gossip.stop()
+        return self.rounds_done
+
+    # ---- receiving -------------------------------------------------------------------
+
+    async def _receive_loop(self) -> None:
+        while True:
+            received = await self.gossip.receive()
+            self.handle(received)
+
+    def handle(self, received: Received) -> None:
+        """Apply one authenticated message: clock, peers table, pool."""
+        envelope = received.envelope
+        if not self.swarm_round.admits(envelope.round):
+            self._drop("from_future", envelope.sender)
+            return
+        self.swarm_round.observe(envelope.round)
+        message = received.message
+        if isinstance(message, Hello):
+            self.peers[envelope.sender] = PeerInfo(
+                message.model_id, message.model_family, message.policy_version,
+                envelope.round, self.clock.now(),
+            )
+        elif isinstance(message, RolloutBatch):
+            for group in message.groups:
+                try:
+                    rescored = rescore_group(group, self.config.rewards)
+                except Refused as refused:
+                    self._drop(refused.reason, envelope.sender)
+                    continue
+                if rescored.forged:
+                    self._drop("forged_rewards", envelope.sender)
+                    continue
+                if not self.pool.add(
+                    envelope.sender, envelope.round, group, rescored.rewards, self.swarm_round.value
+                ):
+                    self._drop("stale", None)
+        else:
+            self._drop(f"unexpected_kind_{message.KIND}", envelope.sender)
+
+    def _drop(self, reason: str, sender: str | None) -> None:
+        self.drops[reason] += 1
+        if sender is not None and reason not in ("zero_variance", "stale"):
+            self.peer_faults[sender] += 1
+
+    async def _announce_loop(self) -> None:
+        while True:
+            hello = Hello(
+                self.learner.model_id, self.learner.model_family,
+                self.learner.policy_version, self.capabilities,
+            )
+            await self.gossip.publish(self._peers_topic, hello, self.swarm_round.value)
+            await self.clock.sleep(ANNOUNCE_EVERY_S)
+
+    # ---- the round loop --------------------------------------------------------------
+
+    async def _round_loop(self, rounds: int | None) -> None:
+        target = None if rounds is None else self.rounds_done + rounds
+        while target is None or self.rounds_done < target:
+            if self.stop_requested.is_set():
+                break
+            await self.run_round()
+            if self.rounds_done % self.config.node.checkpoint_every == 0:
+                self.checkpoint()
+        self.checkpoint()
+
+    async def run_round(self) -> dict[str, Any]:
+        sapo = self.config.sapo
+        start = self.timer()
+        refs = self.tasks.next_refs(sapo.local_groups)
+        seed = (self.config.model.seed * 1_000_003 + self.rounds_done) & 0x7FFFFFFF
+        sampled = await self.offload(self.learner.sample, refs, seed)
+        batch = RolloutBatch(
+            tuple(g.to_wire(self.learner.model_id, self.learner.policy_version) for g in sampled.groups)
+        )
+        publish_start = self.timer()
+        if batch.groups:
+            await self.gossip.publish(self._rollouts_topic, batch, self.swarm_round.value)
+        publish_s = self.timer() - publish_start
+
+        own_round = self.swarm_round.value
+        chosen = self.pool.select(sapo.external_groups, own_round) if sapo.external_groups else []
+        external = [
+            ExternalGroup(e.sender, e.group.prompt, e.group.completions, e.rewards) for e in chosen
+        ]
+        trained = await self.offload(self.learner.train, sampled.groups, external)
+        self.swarm_round.tick()
+        self.rounds_done += 1
+
+        local_rewards = [r for g in sampled.groups for r in g.rewards]
+        external_rewards = [r for e in external for r in e.rewards]
+        total_s = self.timer() - start
+        work_s = sampled.sample_s + sampled.score_s + trained.train_s
+        counters = self.gossip.counters.snapshot()
+        record: dict[str, Any] = {
+            "round": self.rounds_done,
+            "swarm_round": self.swarm_round.value,
+            "policy_version": self.learner.policy_version,
+            "time": self.clock.now(),
+            "local_groups": len(sampled.groups),
+            "external_groups": len(external),
+            "external_by_sender": dict(Counter(e.sender for e in external)),
+            "mean_local_reward": statistics.fmean(local_rewards) if local_rewards else None,
+            "mean_external_reward": statistics.fmean(external_rewards) if external_rewards else None,
+            "staleness": histogram(self.pool.staleness_of(chosen, own_round)),
+            "pool_groups": len(self.pool),
+            "peers": len(self.peers),
+            "drops": dict(sorted((self.drops + Counter(counters["dropped"])).items())),
+            "bytes_in": counters["bytes_in"],
+            "bytes_out": counters["bytes_out"],
+            "seconds": {
+                "sample": round(sampled.sample_s, 4),
+                "score": round(sampled.score_s, 4),
+                "train": round(trained.train_s, 4),
+                "publish": round(publish_s, 4),
+                "other": round(max(total_s - work_s - publish_s, 0.0), 4),
+                "total": round(total_s, 4),
+            },
+            "train": trained.stats,
+        }
+        if self._metrics is not None:
+            self._metrics.write(record)
+        if self.on_round is not None:
+            self.on_round(RoundReport(self.rounds_done, record))
+        return record

@@ -52,6 +52,12 @@ class TrainConfig(StrictModel):
     """Gradient clipping norm."""
     importance_cap: float = Field(2.0, ge=1)
     """Truncation of importance weights between sampler and trainer logprobs."""
+    num_iterations: int = Field(1, ge=1, le=64)
+    """Optimizer steps per batch of groups (TRL's `num_iterations`); >1 makes PPO clipping bite."""
+    micro_batch_size: int = Field(64, ge=1, le=65536)
+    """Sequences per forward/backward pass; gradients accumulate over one step's micro-batches."""
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    """AdamW weight decay."""
 
     @model_validator(mode="after")
     def _clip_order(self) -> TrainConfig:
@@ -81,8 +87,9 @@ class TasksConfig(StrictModel):
 
 
 class RewardsConfig(StrictModel):
-    correctness: str = "exact"
-    """Reward function name from the registry (see `rewards.registry`)."""
+    correctness: str = "source"
+    """Correctness reward from `rewards.registry.CORRECTNESS`: `source` (the task source's own
+    scorer, e.g. reasoning-gym's `score_answer`), `exact` or `numeric`."""
     format_weight: float = Field(0.0, ge=0, le=1)
     """Weight of the optional format reward added to correctness."""
     timeout_s: float = Field(2.0, gt=0)

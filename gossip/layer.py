@@ -1,0 +1,375 @@
+"""The gossip layer: signed, deduplicated, rate-limited, chunked messages over a Transport.
+
+`Gossip` turns `swarm.messages` payloads into signed envelopes on publish, and on
+receive turns transport bytes back into payloads that are authentic, fresh to this node
+and within every bound, or counts why not.
+
+Receive pipeline for each transport message (first failure wins, counted once under
+its reason in `counters.dropped`):
+1. `decode_envelope` with wire limits (transport `max_message_bytes` + `WIRE_MARGIN`):
+   size, structure, version, kind, swarm id, signature (`oversize`, `malformed`,
+   `bad_version`, `unknown_kind`, `wrong_swarm`, `bad_sender`, `bad_signature`).
+   A whole (unchunked) envelope must also fit `config.max_envelope_bytes` (`oversize`).
+2. `sender_mismatch` if the transport authenticated a peer (`via`) other than the signer.
+3. `own` for our own messages echoed back (counted, not an error).
+4. `duplicate` if its (sender, seq) or the sha256 of its bytes was accepted before.
+5. `rate_limited` by the sender's token bucket (chunks count one each).
+6. Chunks (kind `chunk`): payload decoded with wire limits, `bad_chunk_hash` per chunk,
+   `duplicate` if that content was already reassembled, then `Reassembler` bounds
+   (`oversize`, `bad_chunk`, `reassembly_full`). Once complete and whole-hash verified,
+   the inner envelope is decoded with `config.max_envelope_bytes` limits, must be signed
+   by the chunks' sender (`sender_mismatch`), must not itself be a chunk
+   (`nested_chunk`), and goes through the duplicate check of step 4 again.
+7. The payload is decoded by kind (`bad_payload`, `malformed`, `oversize`), and on a
+   topic of this swarm (`swarm.transport` names) its kind must be the topic's kind, a
+   delta's family the topic's family (`wrong_topic`).
+
+Invariants:
+- `receive` returns only messages that passed every step; it never raises because of
+  anything a peer sent (an unexpected error in a decoder is logged and counted as
+  `internal_error` rather than letting one peer crash every node).
+- Nothing here moves the swarm-round clock or judges staleness: the node reads
+  `Received.envelope.round` and applies `swarm.clock` itself.
+- Time comes only from the injected `Clock` (rate limits, reassembly expiry).
+- Every wire message this layer publishes is at most `transport.max_message_bytes`:
+  anything larger is sent as chunks whose envelopes are sized with the exact overhead
+  of a chunk envelope of this node and swarm. Envelopes over `max_envelope_bytes` are
+  refused at publish (`ValueError`), since peers would refuse them.
+- Sequence numbers of this node strictly increase across all its envelopes (chunks and
+  the envelopes inside them included). They start at `initial_seq`, by default the
+  wall-clock time in microseconds, so a restarted node does not reuse seqs that peers
+  still remember (the only use of wall time here; simnet passes `initial_seq`).
+- All state that peers can grow is bounded: seen cache, rate-limit buckets, partial
+  chunk sets, per-peer drop counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gossip.chunking import MAX_CHUNKS, Reassembler, sha256, split
+from gossip.counters import GossipCounters
+from gossip.ratelimit import RateLimiter
+from gossip.seen import SeenCache
+from swarm.clock import Clock
+from swarm.codec import Limits
+from swarm.config.network import GossipConfig
+from swarm.envelope import Envelope, decode_envelope, seal
+from swarm.errors import WireError
+from swarm.identity import Identity
+from swarm.messages import (
+    MAX_TEXT_CHARS,
+    Chunk,
+    DeltaPacket,
+    Hello,
+    Payload,
+    RolloutBatch,
+    decode_payload,
+    encode_payload,
+)
+from swarm.transport import Transport, TransportMessage, deltas_topic, peers_topic, rollouts_topic
+
+logger = logging.getLogger(__name__)
+
+WIRE_MARGIN = 1024
+"""Slack over the transport's `max_message_bytes` tolerated on receive."""
+CHUNK_SLACK = 32
+"""Bytes added to the measured chunk-envelope overhead (msgpack headers grow with data)."""
+MIN_CHUNK_DATA = 64
+"""A transport whose messages cannot carry this much chunk data is refused."""
+MAX_SEQ = 2**63 - 1
+MAX_PAYLOAD_STR_BYTES = 4 * MAX_TEXT_CHARS
+"""Longest msgpack str in a payload: a text field of MAX_TEXT_CHARS in worst-case UTF-8."""
+
+
+def envelope_limits(max_bytes: int) -> Limits:
+    """Limits for one encoded envelope of at most `max_bytes` (8 scalar fields)."""
+    return Limits(
+        max_message_bytes=max_bytes,
+        max_str_len=1024,
+        max_bin_len=max_bytes,
+        max_array_len=16,
+        max_map_len=16,
+        max_depth=2,
+    )
+
+
+def payload_limits(max_bytes: int) -> Limits:
+    """Limits for a payload inside an envelope of at most `max_bytes`."""
+    return Limits(
+        max_message_bytes=max_bytes,
+        max_str_len=min(max_bytes, MAX_PAYLOAD_STR_BYTES),
+        max_bin_len=max_bytes,
+        max_array_len=4096,
+        max_map_len=256,
+        max_depth=8,
+    )
+
+
+@dataclass(frozen=True)
+class Received:
+    """One accepted message: authentic, not seen before, within every bound."""
+
+    topic: str
+    envelope: Envelope
+    message: Payload
+    size_bytes: int
+    """Bytes of the accepted envelope (the reassembled one for a chunked message)."""
+
+
+class _Blame:
+    """Who a refusal may be blamed on, learned as the pipeline authenticates."""
+
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: str | None) -> None:
+        self.peer = peer
+
+
+class Gossip:
+    """Signed publish/receive of swarm payloads over any `Transport`.
+
+    Owns the transport's lifecycle: `start` starts it, `stop` stops it.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        identity: Identity,
+        swarm_id: str,
+        config: GossipConfig,
+        clock: Clock,
+        *,
+        initial_seq: int | None = None,
+    ) -> None:
+        self.transport = transport
+        self.identity = identity
+        self.peer_id = identity.peer_id
+        self.swarm_id = swarm_id
+        self.config = config
+        self.clock = clock
+        self.counters = GossipCounters()
+        seq = time.time_ns() // 1000 if initial_seq is None else initial_seq
+        if not 0 <= seq <= MAX_SEQ:
+            raise ValueError("initial_seq must be in [0, 2**63)")
+        self._next_seq = seq
+        self._seen = SeenCache(config.seen_cache_size)
+        self._limiter = RateLimiter(config.rate_limit_per_s, config.rate_burst, clock)
+        self._reassembly = Reassembler(
+            max_pending_bytes=config.max_reassembly_bytes,
+            max_message_bytes=config.max_envelope_bytes,
+            timeout_s=config.reassembly_timeout_s,
+        )
+        wire_max = transport.max_message_bytes + WIRE_MARGIN
+        self._wire_limits = envelope_limits(wire_max)
+        self._wire_payload_limits = payload_limits(wire_max)
+        self._inner_limits = envelope_limits(config.max_envelope_bytes)
+        self._inner_payload_limits = payload_limits(config.max_envelope_bytes)
+        self.chunk_data_bytes = transport.max_message_bytes - self._chunk_overhead()
+        """Data bytes per chunk, so that each chunk envelope fits the transport."""
+        if self.chunk_data_bytes < MIN_CHUNK_DATA:
+            raise ValueError(
+                f"transport max_message_bytes {transport.max_message_bytes} leaves no room "
+                "for chunk data"
+            )
+        self._topics: set[str] = set()
+        self._started = False
+
+    # lifecycle -----------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return frozenset(self._topics)
+
+    async def start(self) -> None:
+        await self.transport.start()
+        self._started = True
+
+    async def stop(self) -> None:
+        self._started = False
+        self._reassembly.clear()
+        await self.transport.stop()
+
+    async def subscribe(self, topic: str) -> None:
+        await self.transport.subscribe(topic)
+        self._topics.add(topic)
+
+    # publishing ----------------------------------------------------------------------
+
+    async def publish(self, topic: str, message: Payload, round: int) -> int:
+        """Sign and send `message` (chunked if too large); return the wire bytes sent."""
+        if not self._started:
+            raise RuntimeError("gossip is not started")
+        if isinstance(message, Chunk):
+            raise ValueError("chunks are made by the gossip layer, not published directly")
+        if isinstance(round, bool) or not isinstance(round, int) or not 0 <= round <= MAX_SEQ:
+            raise ValueError("round must be an int in [0, 2**63)")
+        envelope = self._seal(message.KIND, round, encode_payload(message))
+        data = envelope.encode()
+        if len(data) > self.config.max_envelope_bytes:
+            raise ValueError(
+                f"{message.KIND} envelope of {len(data)} bytes > max_envelope_bytes "
+                f"{self.config.max_envelope_bytes}; peers would refuse it"
+            )
+        if len(data) <= self.transport.max_message_bytes:
+            wires = [data]
+        else:
+            wires = [
+                self._seal(Chunk.KIND, round, encode_payload(chunk)).encode()
+                for chunk in split(data, self.chunk_data_bytes)
+            ]
+        sent = 0
+        for wire in wires:
+            await self.transport.publish(topic, wire)
+            sent += len(wire)
+            self.counters.bytes_out += len(wire)
+            self.counters.messages_out += 1
+        self.counters.published[message.KIND] += 1
+        return sent
+
+    def _seal(self, kind: str, round: int, payload: bytes) -> Envelope:
+        seq = self._next_seq
+        if seq > MAX_SEQ:
+            raise RuntimeError("sequence numbers exhausted")
+        self._next_seq += 1
+        return seal(
+            self.identity, kind=kind, swarm_id=self.swarm_id, seq=seq, round=round, payload=payload
+        )
+
+    def _chunk_overhead(self) -> int:
+        """Exact size of a chunk envelope of this node with empty data, plus slack."""
+        probe = Chunk(b"\0" * 32, MAX_CHUNKS - 1, MAX_CHUNKS, 1 << 34, b"\0" * 32, b"")
+        envelope = Envelope(
+            0, Chunk.KIND, self.swarm_id, self.peer_id, MAX_SEQ, MAX_SEQ,
+            encode_payload(probe), b"\0" * 64,
+        )
+        return len(envelope.encode()) + CHUNK_SLACK
+
+    # receiving -----------------------------------------------------------------------
+
+    async def receive(self) -> Received:
+        """Wait for the next accepted message; refused ones are counted and skipped."""
+        while True:
+            message = await self.transport.receive()
+            self.expire_partials()
+            received = self.accept(message)
+            if received is not None:
+                return received
+
+    def accept(self, message: TransportMessage) -> Received | None:
+        """Judge one transport message; None (and a counted reason) if refused."""
+        data = message.data
+        self.counters.messages_in += 1
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self.counters.bytes_in += len(data)
+        blame = _Blame(message.via)
+        try:
+            return self._accept(message, blame)
+        except WireError as exc:
+            self.counters.drop(exc.reason, blame.peer)
+        except Exception:
+            # A decoder bug must not let one peer's message crash every node: log it
+            # loudly with its traceback and count it, never silently.
+            logger.exception("gossip: internal error on a message (peer %s)", blame.peer)
+            self.counters.drop("internal_error")
+        return None
+
+    def expire_partials(self) -> int:
+        """Drop partial chunk sets older than the timeout; return how many."""
+        expired = self._reassembly.expire(self.clock.now())
+        if expired:
+            self.counters.dropped["reassembly_expired"] += expired
+        return expired
+
+    def _accept(self, message: TransportMessage, blame: _Blame) -> Received | None:
+        data = message.data
+        envelope = decode_envelope(data, self._wire_limits, self.swarm_id)
+        if message.via is not None and message.via != envelope.sender:
+            raise WireError(
+                "sender_mismatch", f"signed by {envelope.sender}, sent by {message.via}"
+            )
+        blame.peer = envelope.sender
+        if envelope.sender == self.peer_id:
+            raise WireError("own", "our own message echoed back")
+        if envelope.kind != Chunk.KIND and len(data) > self.config.max_envelope_bytes:
+            raise WireError("oversize", f"envelope of {len(data)} bytes")
+        digest = sha256(bytes(data))
+        if self._seen.contains(envelope.sender, envelope.seq, digest):
+            raise WireError("duplicate", f"seq {envelope.seq}")
+        if not self._limiter.allow(envelope.sender):
+            raise WireError("rate_limited", envelope.sender)
+        self._seen.add(envelope.sender, envelope.seq, digest)
+        if envelope.kind == Chunk.KIND:
+            return self._accept_chunk(message.topic, envelope)
+        return self._finish(message.topic, envelope, len(data), self._wire_payload_limits)
+
+    def _accept_chunk(self, topic: str, envelope: Envelope) -> Received | None:
+        chunk = decode_payload(Chunk.KIND, envelope.payload, self._wire_payload_limits)
+        if not isinstance(chunk, Chunk):
+            raise WireError("malformed", "chunk payload did not decode to a chunk")
+        if self._seen.has_hash(chunk.content_hash):
+            raise WireError("duplicate", "content already reassembled")
+        whole = self._reassembly.add(envelope.sender, topic, chunk, self.clock.now())
+        self.counters.received[Chunk.KIND] += 1
+        if whole is None:
+            return None
+        self._seen.add_hash(chunk.content_hash)
+        inner = decode_envelope(whole, self._inner_limits, self.swarm_id)
+        if inner.sender != envelope.sender:
+            raise WireError("sender_mismatch", "chunks and inner envelope have other signers")
+        if inner.kind == Chunk.KIND:
+            raise WireError("nested_chunk", "a chunk set may not carry another chunk")
+        if self._seen.has_pair(inner.sender, inner.seq):
+            raise WireError("duplicate", f"inner seq {inner.seq}")
+        self._seen.add(inner.sender, inner.seq, chunk.content_hash)
+        return self._finish(topic, inner, len(whole), self._inner_payload_limits)
+
+    def _finish(self, topic: str, envelope: Envelope, size: int, limits: Limits) -> Received:
+        message = decode_payload(envelope.kind, envelope.payload, limits)
+        self._check_topic(topic, message)
+        self.counters.received[envelope.kind] += 1
+        return Received(topic, envelope, message, size)
+
+    def _check_topic(self, topic: str, message: Payload) -> None:
+        """On this swarm's named topics, the payload must be that topic's kind."""
+        delta_prefix = deltas_topic(self.swarm_id, "")
+        if topic == peers_topic(self.swarm_id):
+            ok = isinstance(message, Hello)
+        elif topic == rollouts_topic(self.swarm_id):
+            ok = isinstance(message, RolloutBatch)
+        elif topic.startswith(delta_prefix):
+            family = topic[len(delta_prefix) :]
+            ok = isinstance(message, DeltaPacket) and message.model_family == family
+        else:
+            return
+        if not ok:
+            raise WireError("wrong_topic", f"{type(message).__name__} on {topic[:128]}")
+
+    # scoring and metrics -------------------------------------------------------------
+
+    def penalize(self, peer_id: str, reason: str) -> None:
+        """Record a refusal against a peer found misbehaving above this layer."""
+        self.counters.blame(peer_id, reason)
+
+    @property
+    def pending_reassembly_bytes(self) -> int:
+        return self._reassembly.pending_bytes
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters plus bounded-state sizes, JSON-ready for the metrics line."""
+        snap = self.counters.snapshot()
+        snap["pending_reassembly_bytes"] = self._reassembly.pending_bytes
+        snap["partial_sets"] = len(self._reassembly)
+        snap["seen_entries"] = len(self._seen)
+        return snap

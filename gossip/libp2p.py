@@ -1,0 +1,615 @@
+"""GossipSub over py-libp2p (0.8.1) as a `swarm.transport.Transport` for an asyncio node.
+
+py-libp2p is trio-based. This transport runs `trio.run` in one daemon thread per
+transport and bridges the two event loops:
+
+- asyncio -> trio: `asyncio.to_thread(trio.from_thread.run, fn, ..., trio_token=token)`;
+- trio -> asyncio: `loop.call_soon_threadsafe(...)` into a bounded `asyncio.Queue`
+  (a full queue drops the message and counts it in `dropped_incoming`).
+
+Invariants:
+- Security is Noise only (no plaintext, secio or TLS offered); pubsub runs with
+  `strict_signing=True`, so every delivered message carries a signature by its origin
+  and `TransportMessage.via` is that libp2p-authenticated origin peer id (base58, the
+  same format as `swarm.identity.Identity.peer_id`).
+- The libp2p host key is the node's `Identity` (same Ed25519 seed, same peer id).
+- The pubsub and gossipsub services start before `host.run` (the other order crashes
+  on the first dial).
+- Nothing is dropped silently by library defaults: the spam-protection rate limit is
+  raised (and never applies to our own publishes), each peer's outbound RPC queue is
+  bounded by `_MAX_QUEUED_RPCS` RPCs and `_MAX_QUEUED_BYTES` bytes instead of 32 RPCs,
+  the outbound RPC size limit and `max_inbound_rpc_size` follow
+  `config.max_message_bytes`, and received messages go straight from pubsub into our
+  own queue (the library's 32-message subscription channel is bypassed).
+- `publish` never drops silently: it waits (bounded) for room in every peer's outbound
+  queue, and raises `ConnectionError` if an outbound RPC of that publish was refused
+  anyway; `ValueError` if the payload exceeds `max_message_bytes`.
+- Memory stays bounded: equivocation detection keeps a fixed number of 16-byte
+  digests (the library keeps whole messages), and the adaptive-gossip bookkeeping
+  lists are pruned every heartbeat.
+- Adaptive gossip is off: degree and heartbeat are exactly those of the config (the
+  library's adaptation would stretch a 1 s heartbeat to 30-60 s on a "poor health"
+  score, which a 3-node test swarm always has).
+- A node's own publishes are not delivered back to it.
+- Bootstrap peers are (re)dialed with exponential backoff while not connected; a dead
+  peer never crashes the transport. mDNS is used only when `config.mdns`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import multiaddr
+import trio
+from libp2p import new_host
+from libp2p.abc import IHost
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.exceptions import BaseLibp2pError
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.pubsub import rpc_queue as _rpc_queue
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.tools.anyio_service import background_trio_service
+from libp2p.utils.address_validation import get_available_interfaces
+
+from swarm.config.network import Libp2pTransportConfig
+from swarm.identity import Identity
+from swarm.transport import TransportMessage
+
+__all__ = ["RPC_OVERHEAD_BYTES", "Libp2pTransport"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RPC_OVERHEAD_BYTES = 8 * 1024
+"""Room kept inside `config.max_message_bytes` for the RPC framing around a payload
+(protobuf fields, topic, from, seqno, 64-byte signature, public key, sender record)."""
+_INBOUND_SLACK_BYTES = 64 * 1024
+"""Accepted on top of `config.max_message_bytes` from peers whose framing differs."""
+_MAX_QUEUED_RPCS = 4096
+_MIN_QUEUED_BYTES = 64 * (1 << 20)
+_QUEUE_SLACK_RPCS = 16
+"""Publishes wait while a peer's queue has fewer than this many free RPC slots, so
+control messages and relayed traffic still fit."""
+_SPAM_LIMIT_PER_S = 100_000.0
+"""GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
+bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
+_EQUIVOCATION_MEMORY = 16384
+_ADAPTIVE_LIST_WINDOW_S = 60.0
+_DIAL_TIMEOUT_S = 10.0
+_BACKOFF_INITIAL_S = 0.5
+_BACKOFF_MAX_S = 30.0
+_MAINTENANCE_PERIOD_S = 0.25
+
+# Set (to a list) by our publish task while it runs pubsub.publish; the outbound queue
+# records refused RPCs into it. trio tasks each have their own context, so refusals of
+# RPCs relayed by other tasks are never attributed to our publish.
+_refused_rpcs: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "swarm_libp2p_refused_rpcs", default=None
+)
+
+_CLOSED = object()
+
+
+class _BoundedPriorityQueue(_rpc_queue.PriorityQueue):
+    """The library's per-peer outbound queue, bounded by RPC count and by bytes."""
+
+    def __init__(self, max_size: int, max_bytes: int, peer: str) -> None:
+        super().__init__(max_size)
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0
+        self.refused = 0
+        self._peer = peer
+        self._sizes: dict[int, deque[int]] = {}
+
+    def push(self, rpc: rpc_pb2.RPC, priority: bool = False) -> bool:
+        size = rpc.ByteSize()
+        if len(self) >= self.max_size or self.queued_bytes + size > self.max_bytes:
+            self.refused += 1
+            refused = _refused_rpcs.get()
+            if refused is not None:
+                refused.append(self._peer)
+            return False
+        ok = super().push(rpc, priority)
+        if ok:
+            self.queued_bytes += size
+            self._sizes.setdefault(id(rpc), deque()).append(size)
+        return ok
+
+    def pop(self) -> rpc_pb2.RPC | None:
+        rpc = super().pop()
+        if rpc is not None:
+            sizes = self._sizes.get(id(rpc))
+            if sizes:
+                self.queued_bytes -= sizes.popleft()
+                if not sizes:
+                    del self._sizes[id(rpc)]
+        return rpc
+
+    def has_room(self, size: int) -> bool:
+        return (
+            len(self) + _QUEUE_SLACK_RPCS <= self.max_size
+            and self.queued_bytes + size <= self.max_bytes
+        )
+
+
+class _PeerQueues(dict[ID, _rpc_queue.RpcQueue]):
+    """`Pubsub.peer_queues`, resizing each new peer's queue before anything is pushed.
+
+    `Pubsub._handle_new_peer` builds `RpcQueue()` with the defaults (32 RPCs, 1 MiB
+    RPCs) and stores it here before any task can push to it.
+    """
+
+    def __init__(self, max_rpc_bytes: int, max_queued_bytes: int) -> None:
+        super().__init__()
+        self._max_rpc_bytes = max_rpc_bytes
+        self._max_queued_bytes = max_queued_bytes
+
+    def __setitem__(self, peer_id: ID, queue: _rpc_queue.RpcQueue) -> None:
+        if len(queue) == 0 and not isinstance(queue._queue, _BoundedPriorityQueue):
+            queue.max_message_size = self._max_rpc_bytes
+            queue._queue = _BoundedPriorityQueue(
+                _MAX_QUEUED_RPCS, self._max_queued_bytes, peer_id.to_base58()
+            )
+        super().__setitem__(peer_id, queue)
+
+
+class _SwarmPubsub(Pubsub):
+    """Pubsub handing every received message to a callback instead of a 32-slot channel."""
+
+    def __init__(
+        self,
+        host: IHost,
+        router: GossipSub,
+        *,
+        sink: Callable[[str, bytes, bytes], None],
+        max_inbound_rpc_size: int,
+        max_rpc_bytes: int,
+        max_queued_bytes: int,
+    ) -> None:
+        super().__init__(
+            host,
+            router,
+            strict_signing=True,
+            max_inbound_rpc_size=max_inbound_rpc_size,
+        )
+        self._sink = sink
+        self.peer_queues = _PeerQueues(max_rpc_bytes, max_queued_bytes)
+
+    def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
+        if publish_message.from_id == self.my_id.to_bytes():
+            return  # our own publish: the node already has it
+        for topic in publish_message.topicIDs:
+            if topic in self.subscribed_topics_receive:
+                self._sink(topic, publish_message.data, publish_message.from_id)
+
+
+class _SwarmGossipSub(GossipSub):
+    """GossipSub with bounded equivocation memory and no rate limit on own publishes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._digests: OrderedDict[bytes, bytes] = OrderedDict()
+
+    def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
+        if self.pubsub is not None and peer_id == self.pubsub.my_id:
+            return True
+        return super()._check_spam_protection(peer_id, msg)
+
+    def _check_equivocation(self, msg: rpc_pb2.Message) -> bool:
+        key = msg.from_id + msg.seqno
+        h = hashlib.blake2b(msg.data, digest_size=16)
+        for topic in msg.topicIDs:
+            h.update(b"\x00" + topic.encode())
+        digest = h.digest()
+        seen = self._digests.get(key)
+        if seen is None:
+            self._digests[key] = digest
+            while len(self._digests) > _EQUIVOCATION_MEMORY:
+                self._digests.popitem(last=False)
+            return True
+        if seen == digest:
+            return True
+        log.warning("equivocation from %s (same seqno, different content)", ID(msg.from_id))
+        if self.scorer is not None:
+            self.scorer.penalize_equivocation(ID(msg.from_id), 100.0)
+        return False
+
+    def _periodic_security_cleanup(self) -> None:
+        super()._periodic_security_cleanup()
+        cutoff = time.time() - _ADAPTIVE_LIST_WINDOW_S
+        for topic in list(self.recent_message_deliveries):
+            kept = [t for t in self.recent_message_deliveries[topic] if t > cutoff]
+            if kept:
+                self.recent_message_deliveries[topic] = kept
+            else:
+                del self.recent_message_deliveries[topic]
+        self.recent_peer_connections[:] = [t for t in self.recent_peer_connections if t > cutoff]
+        self.recent_peer_disconnections[:] = [
+            t for t in self.recent_peer_disconnections if t > cutoff
+        ]
+
+
+class _Backoff:
+    """Exponential backoff with jitter for one dial target."""
+
+    def __init__(self) -> None:
+        self.delay = _BACKOFF_INITIAL_S
+        self.next_at = 0.0
+
+    def failed(self, now: float) -> None:
+        self.next_at = now + self.delay * random.uniform(0.8, 1.2)
+        self.delay = min(self.delay * 2.0, _BACKOFF_MAX_S)
+
+    def reset(self) -> None:
+        self.delay = _BACKOFF_INITIAL_S
+        self.next_at = 0.0
+
+
+class Libp2pTransport:
+    """GossipSub v1.1 transport; see the module docstring for its invariants."""
+
+    def __init__(
+        self,
+        config: Libp2pTransportConfig,
+        identity: Identity,
+        *,
+        receive_queue_size: int = 1024,
+        publish_timeout_s: float = 30.0,
+    ) -> None:
+        if config.max_message_bytes <= RPC_OVERHEAD_BYTES:
+            raise ValueError("max_message_bytes leaves no room for a payload")
+        self.config = config
+        self.identity = identity
+        self.peer_id = identity.peer_id
+        self._receive_queue_size = receive_queue_size
+        self._publish_timeout_s = publish_timeout_s
+        self._max_rpc_bytes = config.max_message_bytes
+        self._max_queued_bytes = max(_MIN_QUEUED_BYTES, 8 * config.max_message_bytes)
+        self._bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
+
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[TransportMessage | object] | None = None
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop_event: trio.Event | None = None
+        self._host: IHost | None = None
+        self._pubsub: _SwarmPubsub | None = None
+        self._gossipsub: _SwarmGossipSub | None = None
+        self._listen_addrs: list[str] = []
+        self._closing = False
+        self._stopped = False
+        self._failure: BaseException | None = None
+        self.dropped_incoming = 0
+        """Messages dropped because the node did not read its queue fast enough."""
+        self.published = 0
+        self.received = 0
+
+    # ---- Transport protocol -------------------------------------------------------
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.config.max_message_bytes - RPC_OVERHEAD_BYTES
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("transport already started")
+        self._loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue(maxsize=self._receive_queue_size)
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._thread_main,
+            args=(started,),
+            name=f"libp2p-{self.peer_id[-8:]}",
+            daemon=True,
+        )
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(started)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("libp2p transport listening on %s", ", ".join(self._listen_addrs))
+
+    async def stop(self) -> None:
+        if self._thread is None or self._stopped:
+            return
+        self._closing = True
+        self._stopped = True
+        token, stop_event = self._token, self._stop_event
+        if token is not None and stop_event is not None and self._thread.is_alive():
+            try:
+                await asyncio.to_thread(trio.from_thread.run_sync, stop_event.set, trio_token=token)
+            except trio.RunFinishedError:
+                pass  # the trio loop already ended on its own
+        await asyncio.to_thread(self._thread.join, 15.0)
+        if self._thread.is_alive():
+            log.warning("libp2p thread did not stop within 15 s; leaving it (daemon)")
+
+    async def subscribe(self, topic: str) -> None:
+        await self._call(self._trio_subscribe, topic)
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        if len(data) > self.max_message_bytes:
+            raise ValueError(
+                f"message of {len(data)} bytes exceeds max_message_bytes "
+                f"{self.max_message_bytes}; the gossip layer must chunk it"
+            )
+        await self._call(self._trio_publish, topic, bytes(data))
+        self.published += 1
+
+    async def receive(self) -> TransportMessage:
+        if self._queue is None:
+            raise RuntimeError("transport not started")
+        item = await self._queue.get()
+        if item is _CLOSED:
+            self._queue.put_nowait(_CLOSED)  # wake every other reader too
+            raise ConnectionError(f"libp2p transport stopped: {self._failure!r}")
+        assert isinstance(item, TransportMessage)
+        return item
+
+    def connected_peers(self) -> list[str]:
+        host = self._host
+        if host is None or self._stopped:
+            return []
+        # tuple() over a dict runs in C under the GIL: a consistent snapshot.
+        return [pid.to_base58() for pid in tuple(host.get_network().connections)]
+
+    # ---- extras for tests, the CLI and metrics --------------------------------------
+
+    def listen_addrs(self) -> list[str]:
+        """Full multiaddrs (with /p2p/<peer id> and the real port) others can dial."""
+        return list(self._listen_addrs)
+
+    async def topic_peers(self, topic: str) -> list[str]:
+        """Peers known to be subscribed to `topic` (pubsub's view)."""
+
+        async def read() -> list[str]:
+            assert self._pubsub is not None
+            return [p.to_base58() for p in self._pubsub.peer_topics.get(topic, ())]
+
+        return await self._call(read)
+
+    async def mesh_peers(self, topic: str) -> list[str]:
+        """Peers in our GossipSub mesh for `topic` (receive full messages from us)."""
+
+        async def read() -> list[str]:
+            assert self._gossipsub is not None
+            return [p.to_base58() for p in self._gossipsub.mesh.get(topic, ())]
+
+        return await self._call(read)
+
+    def stats(self) -> dict[str, int]:
+        refused = 0
+        pubsub = self._pubsub
+        if pubsub is not None:
+            for queue in tuple(pubsub.peer_queues.values()):
+                inner = queue._queue
+                if isinstance(inner, _BoundedPriorityQueue):
+                    refused += inner.refused
+        return {
+            "published": self.published,
+            "received": self.received,
+            "dropped_incoming": self.dropped_incoming,
+            "outbound_refused": refused,
+        }
+
+    # ---- asyncio <-> trio bridge ----------------------------------------------------
+
+    async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        token = self._token
+        if token is None or self._stopped:
+            raise ConnectionError("libp2p transport is not running")
+        try:
+            return await asyncio.to_thread(trio.from_thread.run, fn, *args, trio_token=token)
+        except trio.RunFinishedError:
+            raise ConnectionError(f"libp2p transport stopped: {self._failure!r}") from None
+
+    def _thread_main(self, started: concurrent.futures.Future[None]) -> None:
+        try:
+            trio.run(self._trio_main, started)
+        except BaseException as exc:  # the thread's top level: report, never swallow
+            self._failure = exc
+            if not started.done():
+                started.set_exception(exc)
+            elif not self._closing:
+                log.error("libp2p transport crashed", exc_info=exc)
+        finally:
+            if not started.done():
+                started.set_exception(RuntimeError("libp2p transport exited during start"))
+            self._signal_closed()
+
+    def _signal_closed(self) -> None:
+        loop, queue = self._loop, self._queue
+        if loop is None or queue is None or loop.is_closed():
+            return
+
+        def close() -> None:
+            while queue.full():
+                queue.get_nowait()
+                self.dropped_incoming += 1
+            queue.put_nowait(_CLOSED)
+
+        try:
+            loop.call_soon_threadsafe(close)
+        except RuntimeError:
+            pass  # the asyncio loop is already closed: nobody is left to tell
+
+    def _on_message(self, topic: str, data: bytes, from_id: bytes) -> None:
+        """Runs in the trio thread for every message accepted by pubsub."""
+        loop = self._loop
+        if loop is None or self._closing:
+            return
+        message = TransportMessage(topic=topic, data=data, via=ID(from_id).to_base58())
+        try:
+            loop.call_soon_threadsafe(self._deliver, message)
+        except RuntimeError:
+            self.dropped_incoming += 1  # asyncio loop closed under us
+
+    def _deliver(self, message: TransportMessage) -> None:
+        assert self._queue is not None
+        try:
+            self._queue.put_nowait(message)
+            self.received += 1
+        except asyncio.QueueFull:
+            self.dropped_incoming += 1
+            if self.dropped_incoming in (1, 10, 100) or self.dropped_incoming % 1000 == 0:
+                log.warning(
+                    "libp2p receive queue full (%d): %d messages dropped so far",
+                    self._receive_queue_size,
+                    self.dropped_incoming,
+                )
+
+    # ---- trio side ------------------------------------------------------------------
+
+    async def _trio_main(self, started: concurrent.futures.Future[None]) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop_event = trio.Event()
+        key_pair = create_new_key_pair(self.identity.seed)
+        noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
+        listen = multiaddr.Multiaddr(self.config.listen)
+        host = new_host(
+            key_pair=key_pair,
+            sec_opt={TProtocol(NOISE_PROTOCOL_ID): noise},
+            listen_addrs=[listen],
+            enable_mDNS=self.config.mdns,
+        )
+        if host.get_id().to_base58() != self.peer_id:
+            raise RuntimeError("libp2p host id differs from the node identity")
+        degree = self.config.degree
+        gossipsub = _SwarmGossipSub(
+            protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+            degree=degree,
+            degree_low=max(1, degree - 2),
+            degree_high=2 * degree,
+            heartbeat_interval=self.config.heartbeat_interval_s,  # type: ignore[arg-type]
+            adaptive_gossip_enabled=False,
+            max_messages_per_topic_per_second=_SPAM_LIMIT_PER_S,
+        )
+        pubsub = _SwarmPubsub(
+            host,
+            gossipsub,
+            sink=self._on_message,
+            max_inbound_rpc_size=self.config.max_message_bytes + _INBOUND_SLACK_BYTES,
+            max_rpc_bytes=self._max_rpc_bytes,
+            max_queued_bytes=self._max_queued_bytes,
+        )
+        self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
+        # Order matters: services first, then host.run (see the module docstring).
+        async with background_trio_service(pubsub), background_trio_service(gossipsub):
+            await pubsub.wait_until_ready()
+            async with host.run(listen_addrs=[listen]):
+                self._listen_addrs = self._full_addrs(host)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._maintain_peers, host)
+                    started.set_result(None)
+                    await self._stop_event.wait()
+                    self._closing = True
+                    nursery.cancel_scope.cancel()
+
+    def _full_addrs(self, host: IHost) -> list[str]:
+        suffix = f"/p2p/{self.peer_id}"
+        out: list[str] = []
+        for addr in host.get_transport_addrs():
+            names = [proto.name for proto in addr.protocols()]
+            ip = addr.value_for_protocol("ip4") if "ip4" in names else None
+            if ip == "0.0.0.0":
+                port = int(addr.value_for_protocol("tcp"))
+                expanded = [a for a in get_available_interfaces(port) if "/ip4/" in str(a)]
+            else:
+                expanded = [addr]
+            out.extend(f"{a}{suffix}" for a in expanded)
+        return out
+
+    async def _trio_subscribe(self, topic: str) -> None:
+        assert self._pubsub is not None
+        await self._pubsub.subscribe(topic)
+
+    async def _trio_publish(self, topic: str, data: bytes) -> None:
+        pubsub = self._pubsub
+        assert pubsub is not None
+        needed = len(data) + RPC_OVERHEAD_BYTES
+        deadline = trio.current_time() + self._publish_timeout_s
+        while True:
+            full = [
+                peer.to_base58()
+                for peer, queue in tuple(pubsub.peer_queues.items())
+                if isinstance(queue._queue, _BoundedPriorityQueue)
+                and not queue._queue.has_room(needed)
+            ]
+            if not full:
+                break
+            if trio.current_time() >= deadline:
+                raise ConnectionError(
+                    f"outbound queue to {', '.join(full)} still full after "
+                    f"{self._publish_timeout_s:.0f} s; message not published"
+                )
+            await trio.sleep(0.002)
+        refused: list[str] = []
+        reset = _refused_rpcs.set(refused)
+        try:
+            await pubsub.publish(topic, data)
+        finally:
+            _refused_rpcs.reset(reset)
+        if refused:
+            raise ConnectionError(
+                f"outbound RPC refused for {', '.join(sorted(set(refused)))}; "
+                "message not delivered to them"
+            )
+
+    async def _maintain_peers(self, host: IHost) -> None:
+        """Keep bootstrap peers (and mDNS-discovered peers) connected, with backoff."""
+        backoffs: dict[ID, _Backoff] = {}
+        me = host.get_id()
+        while True:
+            now = trio.current_time()
+            targets: list[PeerInfo] = list(self._bootstrap)
+            if self.config.mdns:
+                known = {info.peer_id for info in targets}
+                for pid in host.get_peerstore().peers_with_addrs():
+                    if pid != me and pid not in known:
+                        targets.append(PeerInfo(pid, host.get_peerstore().addrs(pid)))
+            connected = host.get_network().connections
+            for info in targets:
+                backoff = backoffs.setdefault(info.peer_id, _Backoff())
+                if info.peer_id in connected:
+                    backoff.reset()
+                elif now >= backoff.next_at:
+                    ok = await self._dial(host, info)
+                    if ok:
+                        backoff.reset()
+                    else:
+                        backoff.failed(trio.current_time())
+            await trio.sleep(_MAINTENANCE_PERIOD_S)
+
+    async def _dial(self, host: IHost, info: PeerInfo) -> bool:
+        # Our own backoff replaces the swarm's 60 s negative dial cache, which would
+        # otherwise refuse to redial a bootstrap peer that was down at our start.
+        negative = getattr(host.get_network(), "_negative_peer_cache", None)
+        if negative is not None:
+            negative.evict(str(info.peer_id))
+        try:
+            with trio.fail_after(_DIAL_TIMEOUT_S):
+                await host.connect(info)
+        except (BaseLibp2pError, OSError, trio.TooSlowError) as exc:
+            log.debug("dial %s failed: %s", info.peer_id, exc)
+            return False
+        log.info("connected to %s", info.peer_id)
+        return True

@@ -1,0 +1,67 @@
+"""The seen-message cache: refuses duplicates and replays of authenticated envelopes.
+
+An envelope is identified twice: by `(sender, seq)` (what the sender signed) and by the
+sha256 of its encoded bytes (what travelled; for a chunked message, the content hash
+every chunk names). Either identity already seen makes it a duplicate.
+
+Invariants:
+- Memory is bounded: at most `capacity` (sender, seq) pairs, `capacity` content hashes
+  and `max_senders` per-sender floors; the oldest entries are forgotten first (FIFO).
+- Forgetting a pair never reopens it: evicting `(sender, seq)` raises that sender's
+  *floor* to at least `seq`, and any seq at or below a sender's floor counts as seen.
+  So a replay older than everything remembered is still refused, as long as the
+  sender's floor is kept (a flood of new identities can evict floors; the swarm-round
+  staleness rule of the node is the second line against such old replays).
+- `contains` never mutates; only `add` does, so a refused message leaves no trace.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class SeenCache:
+    """Bounded memory of accepted envelopes by (sender, seq) and by content hash."""
+
+    def __init__(self, capacity: int, max_senders: int = 4096) -> None:
+        if capacity < 1 or max_senders < 1:
+            raise ValueError("capacity and max_senders must be >= 1")
+        self.capacity = capacity
+        self.max_senders = max_senders
+        self._pairs: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._hashes: OrderedDict[bytes, None] = OrderedDict()
+        self._floors: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def floor(self, sender: str) -> int:
+        """Highest forgotten seq of `sender` (-1 if none forgotten or floor evicted)."""
+        return self._floors.get(sender, -1)
+
+    def has_pair(self, sender: str, seq: int) -> bool:
+        return (sender, seq) in self._pairs or seq <= self.floor(sender)
+
+    def has_hash(self, content_hash: bytes) -> bool:
+        return content_hash in self._hashes
+
+    def contains(self, sender: str, seq: int, content_hash: bytes) -> bool:
+        return self.has_pair(sender, seq) or self.has_hash(content_hash)
+
+    def add(self, sender: str, seq: int, content_hash: bytes) -> None:
+        self._pairs[(sender, seq)] = None
+        while len(self._pairs) > self.capacity:
+            (old_sender, old_seq), _ = self._pairs.popitem(last=False)
+            self._raise_floor(old_sender, old_seq)
+        self.add_hash(content_hash)
+
+    def add_hash(self, content_hash: bytes) -> None:
+        self._hashes[content_hash] = None
+        while len(self._hashes) > self.capacity:
+            self._hashes.popitem(last=False)
+
+    def _raise_floor(self, sender: str, seq: int) -> None:
+        self._floors[sender] = max(seq, self._floors.get(sender, -1))
+        self._floors.move_to_end(sender)
+        while len(self._floors) > self.max_senders:
+            self._floors.popitem(last=False)

@@ -1,0 +1,98 @@
+"""The production `Learner`: a real policy model, its sampler and its GRPO trainer.
+
+Invariants:
+- Prompts on the wire are the task's raw prompt; this learner feeds them to the model
+  as they are (chat templates, if any, are the sampler's concern).
+- After every optimizer step the sampler gets the new weights before the next sample.
+- Checkpoints go through `policy.checkpoint` (atomic) with the node's manifest inside.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from node.learner import ExternalGroup, LocalGroup, SampleResult, TrainResult
+from policy.checkpoint import load_checkpoint, save_checkpoint
+from policy.loading import load_policy_model, model_family, resolve_device
+from policy.sampler import SamplingParams, make_sampler
+from policy.trainer import Trainer, TrainGroup
+from rewards.registry import score_group
+from rewards.tasks import make_task
+from swarm.config import NodeConfig
+from swarm.messages import TaskRef
+
+
+class PolicyLearner:
+    def __init__(self, config: NodeConfig) -> None:
+        torch.manual_seed(config.model.seed)
+        self.model, self.tokenizer = load_policy_model(config.model)
+        self.model_id = config.model.name_or_path
+        self.model_family = model_family(self.model)
+        self.device = resolve_device(config.model.device)
+        self.trainer = Trainer(self.model, self.tokenizer, config.train, self.device)
+        self.sampler = make_sampler(config.sampler, self.model, self.tokenizer, config.model)
+        self.params = SamplingParams.from_config(config.sampler)
+        self.group_size = config.sampler.group_size
+        self.rewards_config = config.rewards
+
+    @property
+    def policy_version(self) -> int:
+        return self.trainer.policy_version
+
+    def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
+        tasks = [make_task(ref) for ref in refs]
+        start = time.perf_counter()
+        outputs = self.sampler.generate([t.prompt for t in tasks], self.group_size, self.params, seed=seed)
+        sampled = time.perf_counter()
+        groups = []
+        for task, completions in zip(tasks, outputs, strict=True):
+            texts = [c.text for c in completions]
+            rewards = score_group(task, texts, self.rewards_config)
+            groups.append(
+                LocalGroup(
+                    ref=task.ref,
+                    prompt=task.prompt,
+                    completions=tuple(texts),
+                    rewards=tuple(rewards),
+                    token_ids=tuple(tuple(c.token_ids) for c in completions),
+                    sampler_logprobs=tuple(tuple(c.logprobs) for c in completions),
+                )
+            )
+        return SampleResult(groups, sampled - start, time.perf_counter() - sampled)
+
+    def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
+        start = time.perf_counter()
+        groups = [
+            TrainGroup(
+                prompt=g.prompt,
+                completions=list(g.completions),
+                rewards=list(g.rewards),
+                completion_token_ids=[list(t) for t in g.token_ids] if g.token_ids else None,
+                sampler_logprobs=[list(lp) for lp in g.sampler_logprobs] if g.sampler_logprobs else None,
+                local=True,
+            )
+            for g in local
+        ] + [
+            TrainGroup(prompt=e.prompt, completions=list(e.completions), rewards=list(e.rewards), local=False)
+            for e in external
+        ]
+        stats = self.trainer.step(groups)
+        self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+        return TrainResult(stats.as_dict(), time.perf_counter() - start)
+
+    def save(self, directory: Path, manifest: dict[str, Any]) -> None:
+        rng = {"torch_rng": torch.get_rng_state()}
+        save_checkpoint(directory, self.model, self.trainer.optimizer, rng,
+                        {**manifest, "policy_version": self.policy_version})
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        manifest, extra = load_checkpoint(directory, self.model, self.trainer.optimizer)
+        if "torch_rng" in extra:
+            torch.set_rng_state(extra["torch_rng"])
+        self.trainer.policy_version = int(manifest["policy_version"])
+        self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+        return manifest

@@ -1,0 +1,96 @@
+"""Loading a policy model and tokenizer, and its model family.
+
+Invariants:
+- `builtin:<variant>` is built locally (see `policy.tiny`), deterministic from
+  `ModelConfig.seed`. Anything else is a Hugging Face model id or local path loaded with
+  `AutoModelForCausalLM` / `AutoTokenizer`, except that a directory whose
+  `tokenizer_config.json` names the generic fast tokenizer (as a saved built-in model
+  does) gets that class explicitly: `AutoTokenizer` would pick the model type's tokenizer
+  and change the text.
+- `model_family(model)` hashes the architecture config (without bookkeeping keys such as
+  the transformers version, name or dtype) and every tensor of the state dict, upcast to
+  float32, in sorted-name order. Call it once at load time, before any training: it
+  names the initial weights. Equal on every machine for the same weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from policy.tiny import BUILTIN_PREFIX, build_tiny, load_char_tokenizer
+from swarm.config.learning import ModelConfig
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+_GENERIC_TOKENIZERS = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+
+_CONFIG_BOOKKEEPING = {
+    "transformers_version",
+    "_name_or_path",
+    "name_or_path",
+    "dtype",
+    "torch_dtype",
+    "architectures",
+    "use_cache",
+    "_attn_implementation",
+    "_attn_implementation_autoset",
+    "_commit_hash",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+}
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` -> CUDA when available, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """The tokenizer of a model id or path (generic fast tokenizers loaded explicitly)."""
+    config_file = Path(name_or_path) / "tokenizer_config.json"
+    if config_file.is_file():
+        tok_class = json.loads(config_file.read_text()).get("tokenizer_class")
+        if tok_class in _GENERIC_TOKENIZERS:
+            return load_char_tokenizer(name_or_path)
+    tok = AutoTokenizer.from_pretrained(name_or_path)
+    tok.padding_side = "left"
+    return tok
+
+
+def load_policy_model(config: ModelConfig) -> tuple[PreTrainedModel, Any]:
+    """(model on its device in `config.dtype`, in eval mode; tokenizer)."""
+    device = resolve_device(config.device)
+    dtype = _DTYPES[config.dtype]
+    if config.name_or_path.startswith(BUILTIN_PREFIX):
+        model, tokenizer = build_tiny(config.name_or_path, config.seed)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(config.name_or_path, dtype=dtype)
+        tokenizer = load_tokenizer(config.name_or_path)
+    model = model.to(device=device, dtype=dtype).eval()
+    return model, tokenizer
+
+
+def _config_json(model: PreTrainedModel) -> str:
+    cfg = {k: v for k, v in model.config.to_dict().items() if k not in _CONFIG_BOOKKEEPING}
+    return json.dumps(cfg, sort_keys=True, default=str)
+
+
+@torch.no_grad()
+def model_family(model: PreTrainedModel) -> str:
+    """Hex digest naming architecture + initial weights (see the module docstring)."""
+    h = hashlib.sha256()
+    h.update(_config_json(model).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
+        h.update(f"\0{name}\0{tuple(t.shape)}\0".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:32]

@@ -1,0 +1,222 @@
+"""Samplers: prompts -> G completions each, with token ids and per-token logprobs.
+
+Invariants:
+- Prompts are encoded by `encode_prompt` (the tokenizer's own special tokens, as the
+  trainer does); completions are what the model sampled, up to and including the first
+  stop token (EOS), or `max_new_tokens` tokens. `Completion.text` is the decoded
+  completion without special tokens; `len(token_ids) == len(logprobs)`.
+- `logprobs[t]` is the log-probability of the sampled token under the temperature-scaled
+  distribution `log_softmax(logits / temperature)` (before top-p truncation, so the
+  trainer can recompute the same quantity); for greedy decoding (`temperature == 0`) it
+  is `log_softmax(logits)`.
+- `TransformersSampler` draws from its own `torch.Generator` (never the global RNG):
+  `generate(..., seed=s)` is reproducible for a seed; without a seed it continues the
+  sampler's own stream (seeded at construction).
+- vLLM is imported only inside `make_sampler` for the `vllm` backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from swarm.config.learning import ModelConfig, SamplerConfig
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample; `temperature == 0` is greedy."""
+
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    @classmethod
+    def from_config(cls, config: SamplerConfig) -> SamplingParams:
+        return cls(config.max_new_tokens, config.temperature, config.top_p)
+
+
+class Sampler(Protocol):
+    """Generates completions and takes the trainer's new weights."""
+
+    def generate(
+        self, prompts: list[str], n: int, params: SamplingParams, seed: int | None = None
+    ) -> list[list[Completion]]: ...
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None: ...
+
+
+def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
+    """Token ids of a prompt, as both sampler and trainer encode it."""
+    return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+
+
+def encode_completion(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a completion's text (no special tokens added)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """EOS ids of the tokenizer and the model's generation config."""
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def pad_token_id(tokenizer: Any, stops: set[int]) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    return min(stops) if stops else 0
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens [B], their logprobs [B]) from last-position logits [B, V] (float32)."""
+    if params.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    probs = logp.exp()
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        outside = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p  # keeps at least one
+        sorted_p = sorted_p.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class TransformersSampler:
+    """Batched sampling with a `transformers` causal LM and a KV cache (CPU or GPU).
+
+    It may share its model with the trainer: then `update_weights` has nothing to copy.
+    """
+
+    def __init__(
+        self, model: Any, tokenizer: Any, device: torch.device | str | None = None,
+        seed: int = 0, max_batch_size: int = 256,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device) if device is not None else model.device
+        self.max_batch_size = max_batch_size
+        self.stops = stop_token_ids(model, tokenizer)
+        self.pad_id = pad_token_id(tokenizer, self.stops)
+        self._gen_device = "cuda" if self.device.type == "cuda" else "cpu"
+        self._generator = torch.Generator(device=self._gen_device).manual_seed(seed)
+
+    def generate(
+        self, prompts: list[str], n: int, params: SamplingParams, seed: int | None = None
+    ) -> list[list[Completion]]:
+        """`n` completions for each prompt, grouped per prompt in prompt order."""
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        generator = self._generator
+        if seed is not None:
+            generator = torch.Generator(device=self._gen_device).manual_seed(seed)
+        rows = [encode_prompt(self.tokenizer, p) for p in prompts for _ in range(n)]
+        flat: list[Completion] = []
+        for start in range(0, len(rows), self.max_batch_size):
+            flat.extend(self._generate_rows(rows[start : start + self.max_batch_size], params, generator))
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @torch.no_grad()
+    def _generate_rows(
+        self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator
+    ) -> list[Completion]:
+        width = max(len(r) for r in rows)
+        if width == 0:
+            raise ValueError("empty prompt: the tokenizer added no tokens and the text is empty")
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):  # left padding
+            if row:
+                ids[i, width - len(row) :] = torch.tensor(row)
+                mask[i, width - len(row) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+            past, logits = out.past_key_values, out.logits[:, -1].float()
+            next_pos = positions[:, -1:] + 1
+            tokens_out: list[torch.Tensor] = []
+            logps_out: list[torch.Tensor] = []
+            done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
+            stops = torch.tensor(sorted(self.stops), dtype=torch.long, device=self.device)
+            for step in range(params.max_new_tokens):
+                tokens, logps = sample_next(logits, params, generator)
+                tokens = tokens.to(self.device).masked_fill(done, self.pad_id)
+                tokens_out.append(tokens)
+                logps_out.append(logps.to(self.device))
+                done = done | torch.isin(tokens, stops)
+                if bool(done.all()) or step == params.max_new_tokens - 1:
+                    break
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                out = self.model(
+                    input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos,
+                    past_key_values=past, use_cache=True,
+                )
+                past, logits = out.past_key_values, out.logits[:, -1].float()
+                next_pos = next_pos + 1
+        finally:
+            self.model.train(was_training)
+        all_tokens = torch.stack(tokens_out, 1).tolist()
+        all_logps = torch.stack(logps_out, 1).tolist()
+        return [self._completion(t, lp) for t, lp in zip(all_tokens, all_logps, strict=True)]
+
+    def _completion(self, tokens: list[int], logps: list[float]) -> Completion:
+        keep = len(tokens)
+        for i, tok in enumerate(tokens):
+            if tok in self.stops:
+                keep = i + 1
+                break
+        ids, lps = tokens[:keep], logps[:keep]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(text=text, token_ids=ids, logprobs=lps)
+
+    @torch.no_grad()
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy new weights in place (skipped for tensors this model already shares)."""
+        own = self.model.state_dict()
+        missing = set(own) - set(state_dict)
+        if missing:
+            raise KeyError(f"update_weights: missing tensors {sorted(missing)[:5]}")
+        for name, src in state_dict.items():
+            dst = own.get(name)
+            if dst is None:
+                raise KeyError(f"update_weights: unknown tensor {name!r}")
+            if dst.data_ptr() != src.data_ptr():
+                dst.copy_(src)
+
+
+def make_sampler(
+    sampler_config: SamplerConfig, model: Any, tokenizer: Any, model_config: ModelConfig
+) -> Sampler:
+    """The configured backend. `transformers` shares `model` (no weight copies);
+    `vllm` builds its own engine from the same weights (imported only here)."""
+    if sampler_config.backend == "transformers":
+        return TransformersSampler(model, tokenizer, seed=model_config.seed)
+    if sampler_config.backend == "vllm":
+        from policy.vllm_sampler import VllmSampler
+
+        return VllmSampler(model, tokenizer, model_config)
+    raise ValueError(f"unknown sampler backend {sampler_config.backend!r}")

@@ -1,0 +1,279 @@
+"""One GRPO optimizer step over a batch of rollout groups, local and foreign.
+
+Per step:
+1. Groups whose rewards are all equal (or that have one completion) carry no GRPO
+   signal: they are skipped and counted (`n_skipped`), never trained on.
+2. Advantages per group (`policy.advantages`); MC-GRPO's pivot sample is dropped.
+3. Token ids: a local group's sampled ids are used as they are; a foreign group's (peer's)
+   prompt and completion texts are re-tokenized with the local tokenizer (separately,
+   so the prompt/completion boundary is exact; the local EOS is appended only where the
+   caller says a completion `finished`).
+4. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
+   computed before the update and detached. Foreign completions thus start at ratio 1:
+   the peer's behaviour policy is unknown, so there is no ratio against its logprobs.
+   For local completions with sampler logprobs, truncated importance weights
+   min(exp(old - sampler), importance_cap) correct the sampler/trainer mismatch
+   (a different backend, or samples from an older policy version).
+5. `num_iterations` optimizer steps on the configured loss (`policy.losses.LOSSES`),
+   gradients accumulated over micro-batches with the whole step's normalizers, clipped to
+   `max_grad_norm`. `policy_version` increments per optimizer step; a batch with nothing
+   to train takes no step.
+
+Invariants: logprobs use `log_softmax(logits / temperature)` with the sampler's
+temperature (as the sampler reports them); every forward runs in eval mode (dropout off,
+so old and new logprobs agree exactly at the first iteration); the reference policy for
+`beta > 0` is a frozen copy of the model as it was when the trainer was built.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from policy.advantages import group_advantages, is_degenerate, keep_mask
+from policy.losses import LOSSES, truncated_importance_weights
+from policy.sampler import encode_completion, encode_prompt, stop_token_ids
+from swarm.config.learning import SamplerConfig, TrainConfig
+
+
+@dataclass
+class TrainGroup:
+    """One prompt, its completions and their (locally computed) rewards."""
+
+    prompt: str
+    completions: list[str]
+    rewards: list[float]
+    completion_token_ids: list[list[int]] | None = None
+    """Sampled ids (local groups); None re-tokenizes the text (foreign groups)."""
+    sampler_logprobs: list[list[float]] | None = None
+    """Per-token sampler logprobs matching `completion_token_ids` (for importance weights)."""
+    local: bool = True
+    """False for a peer's group: its token ids and logprobs are ignored even if given."""
+    finished: list[bool] | None = None
+    """For re-tokenized completions: which ended with EOS (the local EOS is appended)."""
+
+    def __post_init__(self) -> None:
+        g = len(self.completions)
+        if len(self.rewards) != g:
+            raise ValueError("rewards and completions differ in length")
+        for name in ("completion_token_ids", "sampler_logprobs", "finished"):
+            value = getattr(self, name)
+            if value is not None and len(value) != g:
+                raise ValueError(f"{name} and completions differ in length")
+        if self.sampler_logprobs is not None and self.completion_token_ids is not None:
+            for ids, lps in zip(self.completion_token_ids, self.sampler_logprobs, strict=True):
+                if len(ids) != len(lps):
+                    raise ValueError("sampler_logprobs and completion_token_ids differ in length")
+
+
+@dataclass
+class StepStats:
+    """What one `Trainer.step` did."""
+
+    loss: float = 0.0
+    n_groups: int = 0
+    """Groups trained on."""
+    n_skipped: int = 0
+    """Groups skipped for zero reward variance."""
+    n_sequences: int = 0
+    n_tokens: int = 0
+    clip_frac: float = 0.0
+    kl: float = 0.0
+    grad_norm: float = 0.0
+    importance_weight_mean: float = 1.0
+    reward_mean: float = 0.0
+    """Mean reward over every completion of every group given (trained or skipped)."""
+    policy_version: int = 0
+    seconds: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(d.pop("extra"))
+        return d
+
+
+@dataclass
+class _Row:
+    ids: list[int]
+    start: int
+    advantage: float
+    sampler_logprobs: list[float] | None
+
+
+def _pad(values: list[list[float]], width: int, fill: float) -> torch.Tensor:
+    return torch.tensor([v + [fill] * (width - len(v)) for v in values], dtype=torch.float32)
+
+
+class Trainer:
+    """Owns the optimizer; steps the policy on batches of `TrainGroup`s."""
+
+    def __init__(
+        self, model: Any, tokenizer: Any, train_config: TrainConfig,
+        device: torch.device | str | None = None, sampler_config: SamplerConfig | None = None,
+    ) -> None:
+        self.device = torch.device(device) if device is not None else model.device
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        self.config = train_config
+        self.temperature = sampler_config.temperature if sampler_config is not None else 1.0
+        self.max_completion_length = (
+            sampler_config.max_new_tokens if sampler_config is not None else None
+        )
+        self.loss_fn = LOSSES[train_config.loss_type]
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=train_config.learning_rate, weight_decay=train_config.weight_decay,
+        )
+        self.ref_model = None
+        if train_config.beta > 0:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        eos = stop_token_ids(model, tokenizer)
+        self.eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos, default=None)
+        self.policy_version = 0
+
+    def state_dict_for_sampler(self) -> dict[str, torch.Tensor]:
+        """The current weights (detached references, not copies) for `Sampler.update_weights`."""
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def _rows(self, group: TrainGroup) -> list[_Row]:
+        rewards = torch.tensor(group.rewards, dtype=torch.float32)
+        adv = group_advantages(rewards, self.config.baseline, self.config.scale_rewards)
+        keep = keep_mask(rewards, self.config.baseline)
+        prompt_ids = encode_prompt(self.tokenizer, group.prompt)
+        use_ids = group.local and group.completion_token_ids is not None
+        rows = []
+        for i, text in enumerate(group.completions):
+            if not keep[i]:
+                continue
+            sampler_lp = None
+            if use_ids:
+                ids = list(group.completion_token_ids[i])  # type: ignore[index]
+                if group.sampler_logprobs is not None:
+                    sampler_lp = list(group.sampler_logprobs[i])
+            else:
+                ids = encode_completion(self.tokenizer, text)
+                if group.finished is not None and group.finished[i] and self.eos_id is not None:
+                    ids.append(int(self.eos_id))
+            if not ids or not prompt_ids:
+                continue
+            rows.append(_Row(prompt_ids + ids, len(prompt_ids), float(adv[i]), sampler_lp))
+        return rows
+
+    def _logprobs(self, model: Any, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(completion logprobs [B, T], mask [B, T]) of `rows` under `model`."""
+        width = max(len(r.ids) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):  # right padding
+            ids[i, : len(r.ids)] = torch.tensor(r.ids)
+            attn[i, : len(r.ids)] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
+        logp = torch.log_softmax(logits / self.temperature, dim=-1)
+        token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, W-1]
+        comp_len = [len(r.ids) - r.start for r in rows]
+        t = max(comp_len)
+        index = torch.tensor(
+            [[min(r.start - 1 + j, width - 2) for j in range(t)] for r in rows], device=self.device
+        )
+        mask = torch.tensor([[j < n for j in range(t)] for n in comp_len], device=self.device)
+        return token_logp.gather(1, index) * mask, mask
+
+    def _no_grad_logprobs(self, model: Any, rows: list[_Row]) -> list[torch.Tensor]:
+        out = []
+        with torch.no_grad():
+            for mb in self._micro_batches(rows):
+                lp, _ = self._logprobs(model, mb)
+                out.append(lp)
+        return out
+
+    def _micro_batches(self, rows: list[_Row]) -> list[list[_Row]]:
+        size = self.config.micro_batch_size
+        return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+    def step(self, groups: list[TrainGroup]) -> StepStats:
+        """One batch: `num_iterations` optimizer steps (none if nothing to train)."""
+        started = time.perf_counter()
+        all_rewards = [r for g in groups for r in g.rewards]
+        stats = StepStats(
+            reward_mean=sum(all_rewards) / len(all_rewards) if all_rewards else 0.0,
+            policy_version=self.policy_version,
+        )
+        rows: list[_Row] = []
+        for group in groups:
+            if is_degenerate(torch.tensor(group.rewards, dtype=torch.float32)):
+                stats.n_skipped += 1
+                continue
+            group_rows = self._rows(group)
+            if group_rows:
+                stats.n_groups += 1
+                rows.extend(group_rows)
+            else:
+                stats.n_skipped += 1
+        if not rows:
+            stats.seconds = time.perf_counter() - started
+            return stats
+        self.model.eval()
+        micro = self._micro_batches(rows)
+        old = self._no_grad_logprobs(self.model, rows)
+        ref = self._no_grad_logprobs(self.ref_model, rows) if self.ref_model is not None else None
+        weights: list[torch.Tensor | None] = []
+        w_sum, w_n = 0.0, 0
+        for mb, old_lp in zip(micro, old, strict=True):
+            if all(r.sampler_logprobs is None for r in mb):
+                weights.append(None)
+                continue
+            t = old_lp.shape[1]
+            sampler = _pad(
+                [r.sampler_logprobs if r.sampler_logprobs is not None else [] for r in mb], t, 0.0
+            ).to(self.device)
+            w = truncated_importance_weights(old_lp, sampler, self.config.importance_cap)
+            has = torch.tensor([r.sampler_logprobs is not None for r in mb], device=self.device)
+            lengths = torch.tensor([len(r.ids) - r.start for r in mb], device=self.device)
+            valid = has[:, None] & (torch.arange(t, device=self.device)[None] < lengths[:, None])
+            w = torch.where(valid, w, torch.ones_like(w))
+            w_sum += float(w[valid].sum())
+            w_n += int(valid.sum())
+            weights.append(w)
+        n_tokens = sum(len(r.ids) - r.start for r in rows)
+        norm = {
+            "num_sequences": len(rows),
+            "num_tokens": n_tokens,
+            "max_completion_length": self.max_completion_length,
+        }
+        for _ in range(self.config.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_total, clip_tokens, kl_tokens = 0.0, 0.0, 0.0
+            for i, mb in enumerate(micro):
+                lp, mask = self._logprobs(self.model, mb)
+                out = self.loss_fn(
+                    lp, old[i], torch.tensor([r.advantage for r in mb], device=self.device), mask,
+                    epsilon=self.config.epsilon, epsilon_high=self.config.epsilon_high,
+                    ref_logprobs=ref[i] if ref is not None else None, beta=self.config.beta,
+                    importance_weights=weights[i], **norm,
+                )
+                out.loss.backward()
+                loss_total += float(out.loss.detach())
+                clip_tokens += out.clip_frac * out.n_tokens
+                kl_tokens += out.kl * out.n_tokens
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.model.parameters(), self.config.max_grad_norm
+            )
+            self.optimizer.step()
+            self.policy_version += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        stats.loss = loss_total
+        stats.n_sequences = len(rows)
+        stats.n_tokens = n_tokens
+        stats.clip_frac = clip_tokens / max(n_tokens, 1)
+        stats.kl = kl_tokens / max(n_tokens, 1)
+        stats.grad_norm = float(grad_norm)
+        stats.importance_weight_mean = w_sum / w_n if w_n else 1.0
+        stats.policy_version = self.policy_version
+        stats.seconds = time.perf_counter() - started
+        return stats

@@ -1,0 +1,70 @@
+"""A node's own task stream: a weighted mixture of sources drawn by a cursor.
+
+Invariants:
+- Draw k (k = 0, 1, 2, ...) is a pure function of (stream seed, k, mixture): its source is
+  a weighted choice by `random.Random("swarm-mix:<stream seed>:<k>")` and its reference is
+  `TaskRef(source, stream_seed, k)`. Drawing 3 then 5 equals drawing 8.
+- The stream seed is `blake2b("<tasks.seed>:<node_seed>")` (63 bits): two nodes with the
+  same config but different node seeds get different tasks; the same node after a
+  restart gets the same ones.
+- `state_dict()` is the cursor and the stream seed; `load_state_dict` refuses a state
+  from another stream (a resume with a changed seed would silently repeat tasks).
+- Every source of the mixture is resolved at construction (unknown names fail early).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import random
+from itertools import accumulate
+
+from rewards.tasks import get_source
+from swarm.config.learning import TasksConfig
+from swarm.messages import TaskRef
+
+
+def stream_seed(tasks_seed: int, node_seed: int) -> int:
+    """The seed a node's task references carry."""
+    digest = hashlib.blake2b(f"{tasks_seed}:{node_seed}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+class TaskStream:
+    """Deterministic task references for one node; checkpointable by its cursor."""
+
+    def __init__(self, config: TasksConfig, node_seed: int) -> None:
+        for spec in config.mixture:
+            get_source(spec.source)
+        self._sources = [spec.source for spec in config.mixture]
+        self._cumulative = list(accumulate(spec.weight for spec in config.mixture))
+        self.seed = stream_seed(config.seed, node_seed)
+        self.cursor = 0
+
+    def _source_at(self, k: int) -> str:
+        if len(self._sources) == 1:
+            return self._sources[0]
+        x = random.Random(f"swarm-mix:{self.seed}:{k}").random() * self._cumulative[-1]
+        return self._sources[min(bisect.bisect_right(self._cumulative, x), len(self._sources) - 1)]
+
+    def next_refs(self, n: int) -> list[TaskRef]:
+        """The next `n` references; advances the cursor by `n`."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        refs = [TaskRef(self._source_at(k), self.seed, k) for k in range(self.cursor, self.cursor + n)]
+        self.cursor += n
+        return refs
+
+    def state_dict(self) -> dict[str, int]:
+        return {"cursor": self.cursor, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("seed") != self.seed:
+            raise ValueError(
+                f"task stream state is for stream seed {state.get('seed')}, this stream has "
+                f"{self.seed} (tasks.seed or the node seed changed since the checkpoint)"
+            )
+        cursor = state.get("cursor")
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+            raise ValueError(f"bad task stream cursor {cursor!r}")
+        self.cursor = cursor

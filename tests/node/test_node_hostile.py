@@ -1,0 +1,78 @@
+"""A running node fed invalid, forged and stale messages drops each with its reason."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gossip.memory import MemoryNetwork, MemoryTransport
+from node.metrics import read_metrics
+from rewards.tasks import make_task
+from swarm.config import MemoryTransportConfig
+from swarm.envelope import seal
+from swarm.identity import Identity
+from swarm.messages import RolloutBatch, RolloutGroup, TaskRef, encode_payload
+from swarm.transport import rollouts_topic
+from tests.node.helpers import stub_config, stub_node
+
+
+def _group(prompt: str | None = None, *, index: int = 3) -> RolloutGroup:
+    task = make_task(TaskRef("add", 42, index))
+    completions = (task.answer, task.answer + "9", task.answer, "x")
+    return RolloutGroup(
+        task=task.ref,
+        prompt=task.prompt if prompt is None else prompt,
+        completions=completions,
+        rewards=(1.0, 0.0, 1.0, 0.0),
+        model_id="attacker",
+        policy_version=0,
+    )
+
+
+def test_running_node_drops_bad_messages_and_keeps_training(tmp_path: Path) -> None:
+    network = MemoryNetwork("hostile")
+    config = stub_config(tmp_path, "victim")
+    node = stub_node(config, network)
+    attacker = Identity.from_seed(b"\x66" * 32)
+    raw = MemoryTransport(MemoryTransportConfig(), attacker, network=network)
+    topic = rollouts_topic(config.node.swarm_id)
+
+    def envelope(group: RolloutGroup, round: int, seq: int, swarm_id: str | None = None) -> bytes:
+        payload = encode_payload(RolloutBatch((group,)))
+        return seal(attacker, kind="rollouts", swarm_id=swarm_id or config.node.swarm_id,
+                    seq=seq, round=round, payload=payload).encode()
+
+    async def attack() -> None:
+        await raw.start()
+        await raw.subscribe(topic)
+        while node.rounds_done < 4:
+            await asyncio.sleep(0)
+        good = envelope(_group(), node.swarm_round.value, 1)
+        tampered = bytearray(envelope(_group(index=5), node.swarm_round.value, 2))
+        tampered[-5] ^= 0xFF
+        sends = [
+            b"\x00garbage\xff" * 10,
+            bytes(tampered),
+            envelope(_group(prompt="9+9="), node.swarm_round.value, 3),
+            envelope(_group(index=7), 0, 4),  # far beyond max_staleness
+            envelope(_group(index=8), node.swarm_round.value + 1000, 5),  # from the future
+            envelope(_group(index=9), node.swarm_round.value, 6, swarm_id="other"),
+            good,
+            good,  # replay
+        ]
+        for data in sends:
+            await raw.publish(topic, data)
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(node.run(10), attack())
+
+    asyncio.run(main())
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    assert len(records) == 10
+    drops = records[-1]["drops"]
+    for reason in ("malformed", "bad_signature", "prompt_mismatch", "stale", "from_future",
+                   "wrong_swarm", "duplicate"):
+        assert drops.get(reason, 0) >= 1, (reason, drops)
+    assert node.swarm_round.value < 1000  # the future message did not move the clock
+    assert node.peer_faults[attacker.peer_id] >= 2

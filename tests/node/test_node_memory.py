@@ -1,0 +1,75 @@
+"""Real `Node` round loops over the memory transport with the stub learner."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gossip.memory import MemoryNetwork
+from node import checkpoints
+from node.metrics import read_metrics
+from tests.node.helpers import stub_config, stub_node
+
+
+async def _run_all(nodes: list, rounds: int) -> None:
+    async def one(node):  # type: ignore[no-untyped-def]
+        # Yield between rounds so peers' messages interleave like real concurrent nodes.
+        await node.run(rounds)
+
+    await asyncio.gather(*(one(n) for n in nodes))
+
+
+def test_three_nodes_share_and_use_each_others_groups(tmp_path: Path) -> None:
+    network = MemoryNetwork("three")
+    configs = [stub_config(tmp_path, f"n{i}") for i in range(3)]
+    nodes = [stub_node(c, network, seed=i) for i, c in enumerate(configs)]
+    asyncio.run(_run_all(nodes, 12))
+    ids = [n.peer_id for n in nodes]
+    for node, config in zip(nodes, configs, strict=True):
+        records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+        assert [r["round"] for r in records] == list(range(1, 13))
+        used = set()
+        for record in records:
+            used.update(record["external_by_sender"])
+            assert record["external_groups"] <= 4
+        others = set(ids) - {node.peer_id}
+        assert used == others, f"{node.peer_id} used {used}"
+        assert node.swarm_round.value >= 12
+        assert checkpoints.latest_valid(Path(config.node.data_dir)) is not None
+
+
+def test_silo_node_trains_alone(tmp_path: Path) -> None:
+    config = stub_config(tmp_path, "solo", external_groups=0)
+    node = stub_node(config, MemoryNetwork("solo"))
+    asyncio.run(node.run(6))
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    assert len(records) == 6
+    assert all(r["external_groups"] == 0 for r in records)
+    assert node.learner.policy_version == 6
+
+
+def test_resume_continues_round_and_version(tmp_path: Path) -> None:
+    config = stub_config(tmp_path, "r", external_groups=0)
+    first = stub_node(config, MemoryNetwork("resume-1"))
+    asyncio.run(first.run(7))
+    second = stub_node(config, MemoryNetwork("resume-2"))
+    resumed = second.resume()
+    assert resumed is not None and resumed.name == "round-00000007"
+    assert second.rounds_done == 7
+    assert second.learner.policy_version == 7
+    assert second.swarm_round.value == first.swarm_round.value
+    assert second.tasks.cursor == first.tasks.cursor
+    asyncio.run(second.run(3))
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    assert [r["round"] for r in records] == list(range(1, 11))
+    assert [r["policy_version"] for r in records][-1] == 10
+
+
+def test_torn_checkpoint_is_ignored(tmp_path: Path) -> None:
+    config = stub_config(tmp_path, "t", external_groups=0)
+    node = stub_node(config, MemoryNetwork("torn"))
+    asyncio.run(node.run(5))
+    torn = checkpoints.checkpoint_dir(Path(config.node.data_dir), 99)
+    torn.mkdir(parents=True)
+    (torn / "manifest.json").write_text('{"complete": tr')
+    assert checkpoints.latest_valid(Path(config.node.data_dir)).name == "round-00000005"

@@ -1,0 +1,108 @@
+"""The msgpack codec refuses oversized, deep, extended or trailing input with WireError."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from swarm.codec import Limits, pack, unpack
+from swarm.errors import WireError
+
+
+def reason(data: object, limits: Limits | None = None) -> str:
+    with pytest.raises(WireError) as info:
+        unpack(data, limits or Limits())  # type: ignore[arg-type]
+    return info.value.reason
+
+
+def test_roundtrip_plain_types() -> None:
+    obj = {"a": [1, -2, 3.5, "x", b"\x00\xff", None, True, {"b": []}]}
+    assert unpack(pack(obj), Limits()) == obj
+
+
+def test_whole_message_over_limit_is_oversize() -> None:
+    data = pack(b"x" * 200)
+    assert reason(data, Limits(max_message_bytes=100)) == "oversize"
+    assert unpack(data, Limits(max_message_bytes=len(data))) == b"x" * 200
+
+
+@pytest.mark.parametrize(
+    ("obj", "limits"),
+    [
+        ("s" * 100, Limits(max_str_len=50)),
+        (b"b" * 100, Limits(max_bin_len=50)),
+        (list(range(100)), Limits(max_array_len=50)),
+        ({str(i): i for i in range(100)}, Limits(max_map_len=50)),
+    ],
+)
+def test_container_over_limit_is_oversize(obj: object, limits: Limits) -> None:
+    assert reason(pack(obj), limits) == "oversize"
+
+
+def test_deep_nesting_refused() -> None:
+    obj: list = []
+    for _ in range(20):
+        obj = [obj]
+    assert reason(pack(obj), Limits(max_depth=8)) == "malformed"
+    shallow: list = [[[1]]]
+    assert unpack(pack(shallow), Limits(max_depth=8)) == shallow
+
+
+def test_very_deep_nesting_refused_without_crash() -> None:
+    data = b"\x91" * 100_000 + b"\x00"
+    assert reason(data, Limits(max_message_bytes=1 << 20)) in {"malformed", "oversize"}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        msgpack.packb(msgpack.ExtType(5, b"abc")),
+        msgpack.packb(msgpack.ExtType(1, b"")),
+        msgpack.packb(msgpack.Timestamp(1, 0), datetime=False),
+        b"\xc7\x00\x05",  # ext8 of length 0
+        b"\xd4\x05\x00",  # fixext1
+    ],
+)
+def test_ext_types_refused(data: bytes) -> None:
+    assert reason(data) == "malformed"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pack(1) + pack(2),  # a second complete object
+        pack([1, 2]) + b"\x92",  # an incomplete second object
+        pack({"a": 1}) + b"\x00",
+        pack(b"x") + b"\xc1",  # a never-used byte
+    ],
+)
+def test_trailing_bytes_refused(data: bytes) -> None:
+    assert reason(data) == "malformed"
+
+
+@pytest.mark.parametrize("data", [b"", b"\x92\x01", b"\xc4\x10abc", b"\xdd\x00\x00"])
+def test_truncated_refused(data: bytes) -> None:
+    assert reason(data) == "malformed"
+
+
+def test_non_str_map_keys_refused() -> None:
+    assert reason(msgpack.packb({1: 2})) == "malformed"
+
+
+def test_invalid_utf8_refused() -> None:
+    assert reason(b"\xa2\xff\xfe") == "malformed"
+
+
+def test_reserved_byte_refused() -> None:
+    assert reason(b"\xc1") == "malformed"
+
+
+@pytest.mark.parametrize("data", ["text", 12, None, [1, 2]])
+def test_non_bytes_input_refused(data: object) -> None:
+    assert reason(data) == "malformed"
+
+
+def test_bytearray_and_memoryview_accepted() -> None:
+    data = pack([1, "a"])
+    assert unpack(bytearray(data), Limits()) == [1, "a"]
+    assert unpack(memoryview(data), Limits()) == [1, "a"]

@@ -1,0 +1,133 @@
+"""Envelopes: seal/decode round trip and one counted reason per refusal."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from swarm import PROTOCOL_VERSION
+from swarm.codec import Limits, pack
+from swarm.envelope import Envelope, decode_envelope, seal
+from swarm.errors import WireError
+from swarm.identity import Identity
+from swarm.messages import Hello, decode_payload, encode_payload
+
+SWARM = "test-swarm"
+IDENTITY = Identity.from_seed(bytes(range(32)))
+LIMITS = Limits()
+
+
+def sealed(**overrides: object) -> Envelope:
+    fields: dict = {
+        "kind": "hello",
+        "swarm_id": SWARM,
+        "seq": 7,
+        "round": 3,
+        "payload": encode_payload(Hello("m", "fam", 1, ("rollouts",))),
+    }
+    fields.update(overrides)
+    return seal(IDENTITY, **fields)
+
+
+def resigned(envelope: Envelope, identity: Identity = IDENTITY, **changes: object) -> bytes:
+    """An envelope with `changes`, correctly signed, so only the changed rule can refuse it."""
+    unsigned = dataclasses.replace(envelope, signature=b"", **changes)
+    return dataclasses.replace(unsigned, signature=identity.sign(unsigned.signed_bytes())).encode()
+
+
+def reason(data: bytes, swarm_id: str = SWARM, limits: Limits = LIMITS) -> str:
+    with pytest.raises(WireError) as info:
+        decode_envelope(data, limits, swarm_id)
+    return info.value.reason
+
+
+def test_roundtrip() -> None:
+    envelope = sealed()
+    decoded = decode_envelope(envelope.encode(), LIMITS, SWARM)
+    assert decoded == envelope
+    assert decoded.sender == IDENTITY.peer_id
+    assert decoded.version == PROTOCOL_VERSION
+    assert decode_payload(decoded.kind, decoded.payload, LIMITS) == Hello("m", "fam", 1, ("rollouts",))
+
+
+def test_sealing_is_deterministic() -> None:
+    assert sealed().encode() == sealed().encode()
+
+
+def test_tampered_signature_is_bad_signature() -> None:
+    envelope = sealed()
+    sig = bytearray(envelope.signature)
+    sig[0] ^= 1
+    assert reason(dataclasses.replace(envelope, signature=bytes(sig)).encode()) == "bad_signature"
+
+
+@pytest.mark.parametrize(
+    "change", [{"seq": 8}, {"round": 4}, {"payload": b"\x80"}, {"kind": "rollouts"}]
+)
+def test_tampered_field_is_bad_signature(change: dict) -> None:
+    envelope = dataclasses.replace(sealed(), **change)
+    assert reason(envelope.encode()) == "bad_signature"
+
+
+def test_signature_by_someone_else_is_bad_signature() -> None:
+    other = Identity.from_seed(b"\x01" * 32)
+    forged = resigned(sealed(), identity=other)  # claims IDENTITY as sender
+    assert reason(forged) == "bad_signature"
+
+
+def test_short_signature_is_bad_signature() -> None:
+    assert reason(dataclasses.replace(sealed(), signature=b"\x00" * 63).encode()) == "bad_signature"
+
+
+def test_wrong_swarm() -> None:
+    assert reason(sealed().encode(), swarm_id="other-swarm") == "wrong_swarm"
+    assert reason(sealed(swarm_id="other-swarm").encode()) == "wrong_swarm"
+
+
+def test_long_swarm_id_is_malformed() -> None:
+    assert reason(resigned(sealed(), swarm_id="s" * 129)) == "malformed"
+
+
+def test_unknown_version() -> None:
+    assert reason(resigned(sealed(), version=PROTOCOL_VERSION + 1)) == "bad_version"
+
+
+def test_unknown_kind() -> None:
+    assert reason(resigned(sealed(), kind="teleport")) == "unknown_kind"
+
+
+def test_sender_that_is_no_peer_id() -> None:
+    assert reason(dataclasses.replace(sealed(), sender="not-a-peer-id").encode()) == "bad_sender"
+
+
+def test_oversize_envelope() -> None:
+    data = sealed(payload=b"x" * 5000).encode()
+    assert reason(data, limits=Limits(max_message_bytes=4096)) == "oversize"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64, "extra"],  # 9 fields
+        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, b""],  # 7 fields
+        {"version": 1},
+        [True, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # bool version
+        [1, 5, SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int kind
+        [1, "hello", 5, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int swarm
+        [1, "hello", SWARM, b"peer", 0, 0, b"", b"s" * 64],  # bytes sender
+        [1, "hello", SWARM, IDENTITY.peer_id, True, 0, b"", b"s" * 64],  # bool seq
+        [1, "hello", SWARM, IDENTITY.peer_id, -1, 0, b"", b"s" * 64],  # negative seq
+        [1, "hello", SWARM, IDENTITY.peer_id, 0, 2**63, b"", b"s" * 64],  # round too big
+        [1, "hello", SWARM, IDENTITY.peer_id, 0, 1.5, b"", b"s" * 64],  # float round
+        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, "payload", b"s" * 64],  # str payload
+        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", "s" * 64],  # str signature
+    ],
+)
+def test_malformed_structure(fields: object) -> None:
+    assert reason(pack(fields)) == "malformed"
+
+
+def test_garbage_bytes() -> None:
+    assert reason(b"\x00\x01garbage") == "malformed"
+    assert reason(b"") == "malformed"

@@ -1,0 +1,135 @@
+"""Identities: libp2p-compatible peer ids, signatures, and key files kept private."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from swarm.errors import ConfigError, WireError
+from swarm.identity import (
+    Identity,
+    b58decode,
+    b58encode,
+    load_key_file,
+    load_or_create_key_file,
+    public_bytes_from_peer_id,
+    verify,
+    write_key_file,
+)
+
+
+@pytest.mark.parametrize("seed", [bytes(32), bytes(range(32)), b"\xff" * 32, b"swarm-test-seed-0123456789abcdef"])
+def test_peer_id_matches_libp2p(seed: bytes) -> None:
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+
+    expected = ID.from_pubkey(create_new_key_pair(seed).public_key).to_base58()
+    identity = Identity.from_seed(seed)
+    assert identity.peer_id == expected
+    assert identity.peer_id.startswith("12D3KooW")
+    assert public_bytes_from_peer_id(identity.peer_id) == identity.public_bytes
+
+
+def test_generated_identities_differ_and_sign() -> None:
+    a, b = Identity.generate(), Identity.generate()
+    assert a.peer_id != b.peer_id
+    message = b"hello swarm"
+    verify(a.peer_id, message, a.sign(message))
+    with pytest.raises(WireError) as info:
+        verify(b.peer_id, message, a.sign(message))
+    assert info.value.reason == "bad_signature"
+    with pytest.raises(WireError) as info:
+        verify(a.peer_id, message + b"!", a.sign(message))
+    assert info.value.reason == "bad_signature"
+
+
+def test_seed_roundtrip_and_length() -> None:
+    identity = Identity.generate()
+    assert Identity.from_seed(identity.seed).peer_id == identity.peer_id
+    with pytest.raises(ValueError):
+        Identity.from_seed(b"short")
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\x00\x00\x01", bytes(range(40)), b"\xff" * 7])
+def test_base58_roundtrip(data: bytes) -> None:
+    assert b58decode(b58encode(data)) == data
+
+
+@pytest.mark.parametrize(
+    "peer_id",
+    [
+        "",
+        "0OIl",  # not base58
+        "x" * 65,
+        "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N",  # an RSA-style sha256 multihash
+        "12D3KooW",  # right prefix, too short
+    ],
+)
+def test_peer_ids_without_ed25519_key_are_refused(peer_id: str) -> None:
+    with pytest.raises(WireError) as info:
+        public_bytes_from_peer_id(peer_id)
+    assert info.value.reason == "bad_sender"
+
+
+def test_non_string_peer_id_is_refused() -> None:
+    with pytest.raises(WireError):
+        public_bytes_from_peer_id(b"12D3KooW")  # type: ignore[arg-type]
+
+
+def test_key_file_created_0600_and_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "node.key"
+    identity = write_key_file(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_key_file(path).peer_id == identity.peer_id
+    assert load_or_create_key_file(path).peer_id == identity.peer_id
+
+
+def test_key_file_0600_even_with_permissive_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        path = tmp_path / "node.key"
+        write_key_file(path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_load_or_create_creates(tmp_path: Path) -> None:
+    path = tmp_path / "new.key"
+    identity = load_or_create_key_file(path)
+    assert path.exists()
+    assert load_key_file(path).peer_id == identity.peer_id
+
+
+def test_key_file_not_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "node.key"
+    first = write_key_file(path)
+    with pytest.raises(ConfigError, match="already exists"):
+        write_key_file(path)
+    assert load_key_file(path).peer_id == first.peer_id
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_key_file_readable_by_others_refused(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "node.key"
+    write_key_file(path)
+    path.chmod(mode)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        load_key_file(path)
+
+
+@pytest.mark.parametrize("content", ["", "not hex at all", "ab" * 31, "ab" * 33, "zz" * 32])
+def test_garbage_key_file_refused(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "node.key"
+    path.write_text(content)
+    path.chmod(0o600)
+    with pytest.raises(ConfigError, match="not a swarm key file"):
+        load_key_file(path)
+
+
+def test_missing_key_file_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_key_file(tmp_path / "absent.key")

@@ -1,0 +1,159 @@
+"""Wire types: strict from_wire (types, bounds, fields) and round trips of every kind."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+
+import pytest
+
+from swarm.codec import Limits, pack
+from swarm.errors import WireError
+from swarm.messages import (
+    MAX_GROUP_SIZE,
+    PAYLOAD_TYPES,
+    Chunk,
+    DeltaPacket,
+    Hello,
+    Payload,
+    RolloutBatch,
+    RolloutGroup,
+    TaskRef,
+    decode_payload,
+    encode_payload,
+)
+
+LIMITS = Limits()
+
+
+def group(**overrides: object) -> RolloutGroup:
+    fields: dict = {
+        "task": TaskRef("add", 1, 2),
+        "prompt": "1+1=",
+        "completions": ("2", "3"),
+        "rewards": (1.0, 0.0),
+        "model_id": "tiny",
+        "policy_version": 4,
+    }
+    fields.update(overrides)
+    return RolloutGroup(**fields)
+
+
+EXAMPLES: list[Payload] = [
+    Hello("tiny", "fam", 3, ("rollouts", "deltas")),
+    Hello("", "", 0),
+    RolloutBatch((group(), group(prompt="héllo ✓", rewards=(-0.5, 2)))),
+    RolloutBatch(()),
+    DeltaPacket("fam", 7, "topk-int8", b"\x00" * 1000, {"k": "v"}),
+    Chunk(hashlib.sha256(b"x").digest(), 0, 2, 10, hashlib.sha256(b"abc").digest(), b"abc"),
+]
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_roundtrip(message: Payload) -> None:
+    assert decode_payload(message.KIND, encode_payload(message), LIMITS) == message
+
+
+def test_every_kind_is_registered() -> None:
+    assert set(PAYLOAD_TYPES) == {"hello", "rollouts", "delta", "chunk"}
+
+
+def test_unknown_kind() -> None:
+    with pytest.raises(WireError) as info:
+        decode_payload("teleport", pack({}), LIMITS)
+    assert info.value.reason == "unknown_kind"
+
+
+def mutate(message: Payload, path: tuple, value: object) -> dict:
+    wire = copy.deepcopy(message.to_wire())
+    target = wire
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return wire
+
+
+def refused(kind: str, wire: object) -> str:
+    with pytest.raises(WireError) as info:
+        decode_payload(kind, pack(wire), LIMITS)
+    return info.value.reason
+
+
+HELLO = EXAMPLES[0]
+BATCH = EXAMPLES[2]
+DELTA = EXAMPLES[4]
+CHUNK = EXAMPLES[5]
+
+
+@pytest.mark.parametrize(
+    ("message", "path", "value"),
+    [
+        (HELLO, ("policy_version",), True),  # bool is not an int
+        (HELLO, ("policy_version",), -1),
+        (HELLO, ("policy_version",), 1.0),
+        (HELLO, ("model_id",), b"bytes"),
+        (HELLO, ("model_id",), "m" * 257),
+        (HELLO, ("capabilities",), ["c"] * 33),
+        (HELLO, ("capabilities",), "rollouts"),
+        (BATCH, ("groups", 0, "rewards", 0), math.nan),
+        (BATCH, ("groups", 0, "rewards", 0), math.inf),
+        (BATCH, ("groups", 0, "rewards", 0), True),
+        (BATCH, ("groups", 0, "rewards", 0), "1.0"),
+        (BATCH, ("groups", 0, "rewards"), [1.0]),  # length differs from completions
+        (BATCH, ("groups", 0, "completions"), []),
+        (BATCH, ("groups", 0, "rewards"), [0.0] * (MAX_GROUP_SIZE + 1)),
+        (BATCH, ("groups", 0, "task", "seed"), False),
+        (BATCH, ("groups", 0, "task", "index"), -3),
+        (BATCH, ("groups", 0, "task"), ["add", 1, 2]),
+        (BATCH, ("groups", 0, "prompt"), "p" * (64 * 1024 + 1)),
+        (BATCH, ("groups",), {"0": {}}),
+        (DELTA, ("base_version",), True),
+        (DELTA, ("tensors",), "not bytes"),
+        (DELTA, ("meta",), {str(i): "v" for i in range(65)}),
+        (DELTA, ("meta",), {"k": 1}),
+        (DELTA, ("encoding",), "e" * 65),
+        (CHUNK, ("content_hash",), b"\x00" * 31),
+        (CHUNK, ("chunk_hash",), b"\x00" * 33),
+        (CHUNK, ("index",), 2),  # index must be < count
+        (CHUNK, ("count",), 0),
+        (CHUNK, ("count",), (1 << 16) + 1),
+        (CHUNK, ("total_size",), 0),
+        (CHUNK, ("data",), "text"),
+    ],
+)
+def test_bad_field_refused(message: Payload, path: tuple, value: object) -> None:
+    assert refused(message.KIND, mutate(message, path, value)) == "bad_payload"
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_unknown_field_refused(message: Payload) -> None:
+    wire = message.to_wire()
+    wire["surprise"] = 1
+    assert refused(message.KIND, wire) == "bad_payload"
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_missing_field_refused(message: Payload) -> None:
+    wire = message.to_wire()
+    wire.pop(next(iter(wire)))
+    assert refused(message.KIND, wire) == "bad_payload"
+
+
+@pytest.mark.parametrize("kind", sorted(PAYLOAD_TYPES))
+@pytest.mark.parametrize("wire", [[], "x", 1, None, b"\x00"])
+def test_non_map_payload_refused(kind: str, wire: object) -> None:
+    assert refused(kind, wire) == "bad_payload"
+
+
+def test_int_reward_accepted_as_float() -> None:
+    wire = mutate(BATCH, ("groups", 0, "rewards", 0), 1)
+    decoded = decode_payload("rollouts", pack(wire), LIMITS)
+    assert isinstance(decoded, RolloutBatch)
+    assert decoded.groups[0].rewards[0] == 1.0
+    assert isinstance(decoded.groups[0].rewards[0], float)
+
+
+def test_group_constructor_checks_lengths() -> None:
+    with pytest.raises(WireError):
+        group(rewards=(1.0,))

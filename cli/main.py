@@ -24,7 +24,9 @@ from swarm.config.template import render_config
 from swarm.errors import ConfigError
 from swarm.identity import load_key_file, write_key_file
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="A decentralized RL post-training node.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="A decentralized RL post-training node."
+)
 config_app = typer.Typer(no_args_is_help=True, help="Work with node config files.")
 app.add_typer(config_app, name="config")
 console = Console()
@@ -97,14 +99,18 @@ def init(
     config = apply_overrides(
         NodeConfig(),
         {
-            "node": {"name": name, "swarm_id": swarm_id, "data_dir": str(data_dir or Path("runs") / name)},
+            "node": {
+                "name": name,
+                "swarm_id": swarm_id,
+                "data_dir": str(data_dir or Path("runs") / name),
+            },
             "transport": {"type": transport},
         },
         "swarm init",
     )
     notes = {
-        "transport": "Choose type = \"libp2p\" (default, peer to peer), \"mqtt\" (through a broker:\n"
-        "host, port) or \"memory\" (tests). Each type has its own keys."
+        "transport": 'Choose type = "libp2p" (default, peer to peer), "mqtt" (through a broker:\n'
+        'host, port) or "memory" (tests). Each type has its own keys.'
     }
     path.write_text(render_config(config, notes))
     console.print(f"wrote {path}; check it with `swarm config check {path}`")
@@ -117,9 +123,16 @@ def config_check(path: Annotated[Path, typer.Argument(help="Config file.")]) -> 
     config = load_config(path)
     t = config.transport
     console.print(f"{path}: ok")
-    console.print(f"  node {config.node.name!r} in swarm {config.node.swarm_id!r}, data in {config.node.data_dir}")
-    console.print(f"  transport {t.type}" + (f", listen {t.listen}, {len(t.bootstrap)} bootstrap peers" if t.type == "libp2p" else ""))
-    console.print(f"  model {config.model.name_or_path}, sampler {config.sampler.backend}, G={config.sampler.group_size}")
+    node = config.node
+    console.print(f"  node {node.name!r} in swarm {node.swarm_id!r}, data in {node.data_dir}")
+    console.print(
+        f"  transport {t.type}"
+        + (f", listen {t.listen}, {len(t.bootstrap)} bootstrap peers" if t.type == "libp2p" else "")
+    )
+    sampler = config.sampler
+    console.print(
+        f"  model {config.model.name_or_path}, sampler {sampler.backend}, G={sampler.group_size}"
+    )
     console.print(
         f"  SAPO I={config.sapo.local_groups} J={config.sapo.external_groups}, "
         f"max_staleness={config.sapo.max_staleness}, loss={config.train.loss_type}"
@@ -141,8 +154,12 @@ def _override_args(
     return overrides
 
 
-BootstrapOpt = Annotated[list[str] | None, typer.Option("--bootstrap", help="Peer multiaddr (repeatable).")]
-ListenOpt = Annotated[str | None, typer.Option(help="Listen multiaddr, e.g. /ip4/0.0.0.0/tcp/4001.")]
+BootstrapOpt = Annotated[
+    list[str] | None, typer.Option("--bootstrap", help="Peer multiaddr (repeatable).")
+]
+ListenOpt = Annotated[
+    str | None, typer.Option(help="Listen multiaddr, e.g. /ip4/0.0.0.0/tcp/4001.")
+]
 DataDirOpt = Annotated[Path | None, typer.Option(help="Data dir (checkpoints, metrics, key).")]
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Node config file.")]
 
@@ -157,19 +174,25 @@ def _install_stop_handlers(stop: Callable[[], None]) -> None:
 @user_errors
 def join(
     config_path: ConfigOpt = Path("node.toml"),
-    rounds: Annotated[int | None, typer.Option(help="Stop after this many rounds (default: run until Ctrl-C).")] = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Stop after this many rounds (default: run until Ctrl-C).")
+    ] = None,
     bootstrap: BootstrapOpt = None,
     listen: ListenOpt = None,
     data_dir: DataDirOpt = None,
     name: Annotated[str | None, typer.Option(help="Node name override.")] = None,
-    json_progress: Annotated[bool, typer.Option("--json", help="Print each round's metrics as JSON.")] = False,
+    json_progress: Annotated[
+        bool, typer.Option("--json", help="Print each round's metrics as JSON.")
+    ] = False,
 ) -> None:
     """Join a swarm: sample, share, train on local + peers' rollouts, checkpoint, resume."""
     from node.build import apply_overrides, build_node
     from node.progress import print_round
 
     config = apply_overrides(
-        load_config(config_path), _override_args(bootstrap, listen, data_dir, name), str(config_path)
+        load_config(config_path),
+        _override_args(bootstrap, listen, data_dir, name),
+        str(config_path),
     )
 
     def show(report: Any) -> None:
@@ -218,7 +241,9 @@ def train(
     )
 
     async def run() -> int:
-        node = build_node(config, on_round=lambda r: print_round(console, config.node.name, r.record))
+        node = build_node(
+            config, on_round=lambda r: print_round(console, config.node.name, r.record)
+        )
         node.resume()
         _install_stop_handlers(node.request_stop)
         return await node.run(rounds)
@@ -250,7 +275,9 @@ def peers(
     from node.build import apply_overrides
     from node.listen import listen_and_print
 
-    config = apply_overrides(load_config(config_path), _override_args(bootstrap, listen, None, None), str(config_path))
+    config = apply_overrides(
+        load_config(config_path), _override_args(bootstrap, listen, None, None), str(config_path)
+    )
     asyncio.run(listen_and_print(config, seconds, lambda line: print(line, flush=True)))
 
 
@@ -259,7 +286,9 @@ def peers(
 def demo(
     nodes: Annotated[int, typer.Option(help="How many local nodes.")] = 3,
     rounds: Annotated[int, typer.Option(help="Rounds per node.")] = 40,
-    out: Annotated[Path, typer.Option(help="Where the demo nodes keep their data.")] = Path("runs/demo"),
+    out: Annotated[Path, typer.Option(help="Where the demo nodes keep their data.")] = Path(
+        "runs/demo"
+    ),
 ) -> None:
     """Run a few tiny-model nodes on 127.0.0.1 over libp2p, sharing rollouts; print a summary."""
     from node.demo import run_demo

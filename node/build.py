@@ -16,7 +16,9 @@ from swarm.config import NodeConfig, parse_config
 from swarm.identity import Identity, load_or_create_key_file
 
 
-def apply_overrides(config: NodeConfig, overrides: dict[str, dict[str, Any]], source: str) -> NodeConfig:
+def apply_overrides(
+    config: NodeConfig, overrides: dict[str, dict[str, Any]], source: str
+) -> NodeConfig:
     """Re-validate `config` with section-level overrides (e.g. from CLI flags)."""
     data = config.model_dump(mode="json", exclude_none=True)
     for section, values in overrides.items():

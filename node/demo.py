@@ -34,7 +34,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def demo_config(index: int, out: Path, port: int, bootstrap: list[str], rounds: int) -> dict[str, Any]:
+def demo_config(
+    index: int, out: Path, port: int, bootstrap: list[str], rounds: int
+) -> dict[str, Any]:
     """The demo node's config: tiny model, 1-digit addition, SAPO 4 local / 4 external."""
     return {
         "node": {
@@ -43,7 +45,11 @@ def demo_config(index: int, out: Path, port: int, bootstrap: list[str], rounds: 
             "data_dir": str(out / f"node-{index}"),
             "checkpoint_every": max(rounds // 2, 1),
         },
-        "transport": {"type": "libp2p", "listen": f"/ip4/127.0.0.1/tcp/{port}", "bootstrap": bootstrap},
+        "transport": {
+            "type": "libp2p",
+            "listen": f"/ip4/127.0.0.1/tcp/{port}",
+            "bootstrap": bootstrap,
+        },
         "model": {"name_or_path": "builtin:tiny", "seed": index},
         "tasks": {"seed": 1000 + index, "mixture": [{"source": "add", "weight": 1.0}]},
         "sapo": {"local_groups": 4, "external_groups": 4, "max_staleness": 2},
@@ -82,13 +88,28 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     procs: dict[str, subprocess.Popen] = {}
     lines: queue.Queue = queue.Queue()
-    console.print(f"starting {nodes} nodes on 127.0.0.1 (libp2p), {rounds} rounds each; data in {out}")
+    console.print(
+        f"starting {nodes} nodes on 127.0.0.1 (libp2p), {rounds} rounds each; data in {out}"
+    )
     for index, config in enumerate(configs):
         name = f"node-{index}"
         log = (out / f"{name}.log").open("w")
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "join", "--config", str(config), "--rounds", str(rounds), "--json"],
-            stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "join",
+                "--config",
+                str(config),
+                "--rounds",
+                str(rounds),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
         )
         threading.Thread(target=_pump, args=(name, procs[name].stdout, lines), daemon=True).start()
         time.sleep(0.5)  # let each listener come up before the next one dials it
@@ -102,11 +123,13 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
+                console.print(f"{name}: {line.rstrip()}", highlight=False)
                 continue
             reward = record["mean_local_reward"]
+            peers = len(record["external_by_sender"])
             console.print(
                 f"{name} round {record['round']:>3}  reward {reward:.3f}  "
-                f"external groups {record['external_groups']} from {len(record['external_by_sender'])} peers",
+                f"external groups {record['external_groups']} from {peers} peers",
                 highlight=False,
             )
     except KeyboardInterrupt:
@@ -114,7 +137,15 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
             proc.terminate()
     codes = {name: proc.wait() for name, proc in procs.items()}
     table = Table(title="swarm demo")
-    for column in ("node", "exit", "reward first 10", "reward last 10", "external used", "peers used", "dropped"):
+    for column in (
+        "node",
+        "exit",
+        "reward first 10",
+        "reward last 10",
+        "external used",
+        "peers used",
+        "dropped",
+    ):
         table.add_column(column)
     curves = {}
     for index in range(nodes):
@@ -126,8 +157,13 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
         s = summarize(records, 10)
         curves[name] = [r["mean_local_reward"] for r in records]
         table.add_row(
-            name, str(codes[name]), f"{s['reward_first']:.3f}", f"{s['reward_last']:.3f}",
-            str(s["external_groups"]), str(len(s["external_by_sender"])), str(sum(s["drops"].values())),
+            name,
+            str(codes[name]),
+            f"{s['reward_first']:.3f}",
+            f"{s['reward_last']:.3f}",
+            str(s["external_groups"]),
+            str(len(s["external_by_sender"])),
+            str(sum(s["drops"].values())),
         )
     console.print(table)
     if curves:
@@ -145,8 +181,11 @@ def plot_rewards(curves: dict[str, list[float]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, rewards in curves.items():
         window = 5
-        smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
-                  for i in range(len(rewards))]
+        smooth = [
+            sum(rewards[max(0, i - window + 1) : i + 1])
+            / len(rewards[max(0, i - window + 1) : i + 1])
+            for i in range(len(rewards))
+        ]
         ax.plot(range(1, len(rewards) + 1), smooth, label=name)
     ax.set_xlabel("round")
     ax.set_ylabel("mean reward of own samples (5-round mean)")

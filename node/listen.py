@@ -28,8 +28,15 @@ async def listen_and_print(config: NodeConfig, seconds: float, emit: Callable[[s
     try:
         for topic in (peers_topic(config.node.swarm_id), rollouts_topic(config.node.swarm_id)):
             await gossip.subscribe(topic)
-        emit(json.dumps({"event": "started", "peer_id": identity.peer_id,
-                         "listen": list(getattr(gossip.transport, "listen_addrs", list)())}))
+        emit(
+            json.dumps(
+                {
+                    "event": "started",
+                    "peer_id": identity.peer_id,
+                    "listen": list(getattr(gossip.transport, "listen_addrs", list)()),
+                }
+            )
+        )
         deadline = clock.now() + seconds if seconds > 0 else None
         next_counters = clock.now() + COUNTERS_EVERY_S
         while deadline is None or clock.now() < deadline:
@@ -40,9 +47,13 @@ async def listen_and_print(config: NodeConfig, seconds: float, emit: Callable[[s
                 received = None
             if received is not None:
                 message = received.message
-                line = {"event": "message", "kind": received.envelope.kind,
-                        "sender": received.envelope.sender, "round": received.envelope.round,
-                        "bytes": received.size_bytes}
+                line = {
+                    "event": "message",
+                    "kind": received.envelope.kind,
+                    "sender": received.envelope.sender,
+                    "round": received.envelope.round,
+                    "bytes": received.size_bytes,
+                }
                 if isinstance(message, Hello):
                     line["model_id"] = message.model_id
                     line["policy_version"] = message.policy_version
@@ -50,10 +61,24 @@ async def listen_and_print(config: NodeConfig, seconds: float, emit: Callable[[s
                     line["groups"] = len(message.groups)
                 emit(json.dumps(line))
             if clock.now() >= next_counters:
-                emit(json.dumps({"event": "counters", "peers": gossip.transport.connected_peers(),
-                                 **gossip.counters.snapshot()}))
+                emit(
+                    json.dumps(
+                        {
+                            "event": "counters",
+                            "peers": gossip.transport.connected_peers(),
+                            **gossip.counters.snapshot(),
+                        }
+                    )
+                )
                 next_counters = clock.now() + COUNTERS_EVERY_S
-        emit(json.dumps({"event": "counters", "peers": gossip.transport.connected_peers(),
-                         **gossip.counters.snapshot()}))
+        emit(
+            json.dumps(
+                {
+                    "event": "counters",
+                    "peers": gossip.transport.connected_peers(),
+                    **gossip.counters.snapshot(),
+                }
+            )
+        )
     finally:
         await gossip.stop()

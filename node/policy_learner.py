@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from policy.checkpoint import load_checkpoint, save_checkpoint
 
 from node.learner import ExternalGroup, LocalGroup, SampleResult, TrainResult
-from policy.checkpoint import load_checkpoint, save_checkpoint
 from policy.loading import load_policy_model, model_family, resolve_device
 from policy.sampler import SamplingParams, make_sampler
 from policy.trainer import Trainer, TrainGroup
@@ -46,7 +46,9 @@ class PolicyLearner:
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
         tasks = [make_task(ref) for ref in refs]
         start = time.perf_counter()
-        outputs = self.sampler.generate([t.prompt for t in tasks], self.group_size, self.params, seed=seed)
+        outputs = self.sampler.generate(
+            [t.prompt for t in tasks], self.group_size, self.params, seed=seed
+        )
         sampled = time.perf_counter()
         groups = []
         for task, completions in zip(tasks, outputs, strict=True):
@@ -72,12 +74,19 @@ class PolicyLearner:
                 completions=list(g.completions),
                 rewards=list(g.rewards),
                 completion_token_ids=[list(t) for t in g.token_ids] if g.token_ids else None,
-                sampler_logprobs=[list(lp) for lp in g.sampler_logprobs] if g.sampler_logprobs else None,
+                sampler_logprobs=[list(lp) for lp in g.sampler_logprobs]
+                if g.sampler_logprobs
+                else None,
                 local=True,
             )
             for g in local
         ] + [
-            TrainGroup(prompt=e.prompt, completions=list(e.completions), rewards=list(e.rewards), local=False)
+            TrainGroup(
+                prompt=e.prompt,
+                completions=list(e.completions),
+                rewards=list(e.rewards),
+                local=False,
+            )
             for e in external
         ]
         stats = self.trainer.step(groups)
@@ -86,8 +95,13 @@ class PolicyLearner:
 
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
         rng = {"torch_rng": torch.get_rng_state()}
-        save_checkpoint(directory, self.model, self.trainer.optimizer, rng,
-                        {**manifest, "policy_version": self.policy_version})
+        save_checkpoint(
+            directory,
+            self.model,
+            self.trainer.optimizer,
+            rng,
+            {**manifest, "policy_version": self.policy_version},
+        )
 
     def load(self, directory: Path) -> dict[str, Any]:
         manifest, extra = load_checkpoint(directory, self.model, self.trainer.optimizer)

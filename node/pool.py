@@ -50,7 +50,12 @@ class RolloutPool:
         return len(self.entries)
 
     def add(
-        self, sender: str, round: int, group: RolloutGroup, rewards: tuple[float, ...], own_round: int
+        self,
+        sender: str,
+        round: int,
+        group: RolloutGroup,
+        rewards: tuple[float, ...],
+        own_round: int,
     ) -> bool:
         """Insert a re-scored group; False (and counted) if it is too stale or too big."""
         if not is_fresh(own_round, round, self.max_staleness):

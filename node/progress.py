@@ -61,19 +61,26 @@ def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
 def status_table(data_dir: Path, last: int) -> Table:
     records = read_metrics(data_dir / "metrics.jsonl")
     if not records:
-        raise ConfigError(f"{data_dir}: no metrics.jsonl with rounds yet (is this a node's data_dir?)")
+        raise ConfigError(
+            f"{data_dir}: no metrics.jsonl with rounds yet (is this a node's data_dir?)"
+        )
     s = summarize(records, last)
     table = Table(title=f"node {data_dir}", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    table.add_row("rounds / policy version / swarm round", f"{s['rounds']} / {s['policy_version']} / {s['swarm_round']}")
+    table.add_row(
+        "rounds / policy version / swarm round",
+        f"{s['rounds']} / {s['policy_version']} / {s['swarm_round']}",
+    )
     table.add_row(f"mean reward, first {last} rounds", _fmt(s["reward_first"]))
     table.add_row(f"mean reward, last {last} rounds", _fmt(s["reward_last"]))
     table.add_row("cumulative reward", f"{s['cumulative_reward']:.2f}")
     table.add_row("external groups used", str(s["external_groups"]))
     for sender, count in sorted(s["external_by_sender"].items()):
         table.add_row(f"  from {sender[:16]}…", str(count))
-    table.add_row("dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none")
+    table.add_row(
+        "dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none"
+    )
     table.add_row("bytes in / out", f"{s['bytes_in']:,} / {s['bytes_out']:,}")
     if s["overhead_fraction"] is not None:
         table.add_row("time outside sample/score/train", f"{100 * s['overhead_fraction']:.1f}%")

@@ -183,8 +183,11 @@ class Node:
         message = received.message
         if isinstance(message, Hello):
             self.peers[envelope.sender] = PeerInfo(
-                message.model_id, message.model_family, message.policy_version,
-                envelope.round, self.clock.now(),
+                message.model_id,
+                message.model_family,
+                message.policy_version,
+                envelope.round,
+                self.clock.now(),
             )
         elif isinstance(message, RolloutBatch):
             for group in message.groups:
@@ -211,8 +214,10 @@ class Node:
     async def _announce_loop(self) -> None:
         while True:
             hello = Hello(
-                self.learner.model_id, self.learner.model_family,
-                self.learner.policy_version, self.capabilities,
+                self.learner.model_id,
+                self.learner.model_family,
+                self.learner.policy_version,
+                self.capabilities,
             )
             await self.gossip.publish(self._peers_topic, hello, self.swarm_round.value)
             await self.clock.sleep(ANNOUNCE_EVERY_S)
@@ -236,7 +241,10 @@ class Node:
         seed = (self.config.model.seed * 1_000_003 + self.rounds_done) & 0x7FFFFFFF
         sampled = await self.offload(self.learner.sample, refs, seed)
         batch = RolloutBatch(
-            tuple(g.to_wire(self.learner.model_id, self.learner.policy_version) for g in sampled.groups)
+            tuple(
+                g.to_wire(self.learner.model_id, self.learner.policy_version)
+                for g in sampled.groups
+            )
         )
         publish_start = self.timer()
         if batch.groups:
@@ -266,7 +274,9 @@ class Node:
             "external_groups": len(external),
             "external_by_sender": dict(Counter(e.sender for e in external)),
             "mean_local_reward": statistics.fmean(local_rewards) if local_rewards else None,
-            "mean_external_reward": statistics.fmean(external_rewards) if external_rewards else None,
+            "mean_external_reward": statistics.fmean(external_rewards)
+            if external_rewards
+            else None,
             "staleness": histogram(self.pool.staleness_of(chosen, own_round)),
             "pool_groups": len(self.pool),
             "peers": len(self.peers),

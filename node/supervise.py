@@ -19,7 +19,9 @@ class NodeTaskError(RuntimeError):
         self.task_name = name
 
 
-async def supervise(main: Coroutine[Any, Any, Any], background: dict[str, Coroutine[Any, Any, Any]]) -> Any:
+async def supervise(
+    main: Coroutine[Any, Any, Any], background: dict[str, Coroutine[Any, Any, Any]]
+) -> Any:
     main_task = asyncio.create_task(main, name="main")
     tasks = {name: asyncio.create_task(coro, name=name) for name, coro in background.items()}
     everything = {main_task, *tasks.values()}

@@ -28,7 +28,9 @@ class StubLearner:
     model_id = "stub"
     model_family = "stub"
 
-    def __init__(self, group_size: int, rewards: RewardsConfig, skill: float = 0.1, rate: float = 0.02) -> None:
+    def __init__(
+        self, group_size: int, rewards: RewardsConfig, skill: float = 0.1, rate: float = 0.02
+    ) -> None:
         self.group_size = group_size
         self.rewards = rewards
         self.skill = skill

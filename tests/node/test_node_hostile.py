@@ -39,8 +39,14 @@ def test_running_node_drops_bad_messages_and_keeps_training(tmp_path: Path) -> N
 
     def envelope(group: RolloutGroup, round: int, seq: int, swarm_id: str | None = None) -> bytes:
         payload = encode_payload(RolloutBatch((group,)))
-        return seal(attacker, kind="rollouts", swarm_id=swarm_id or config.node.swarm_id,
-                    seq=seq, round=round, payload=payload).encode()
+        return seal(
+            attacker,
+            kind="rollouts",
+            swarm_id=swarm_id or config.node.swarm_id,
+            seq=seq,
+            round=round,
+            payload=payload,
+        ).encode()
 
     async def attack() -> None:
         await raw.start()
@@ -71,8 +77,15 @@ def test_running_node_drops_bad_messages_and_keeps_training(tmp_path: Path) -> N
     records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
     assert len(records) == 10
     drops = records[-1]["drops"]
-    for reason in ("malformed", "bad_signature", "prompt_mismatch", "stale", "from_future",
-                   "wrong_swarm", "duplicate"):
+    for reason in (
+        "malformed",
+        "bad_signature",
+        "prompt_mismatch",
+        "stale",
+        "from_future",
+        "wrong_swarm",
+        "duplicate",
+    ):
         assert drops.get(reason, 0) >= 1, (reason, drops)
     assert node.swarm_round.value < 1000  # the future message did not move the clock
     assert node.peer_faults[attacker.peer_id] >= 2

@@ -1,0 +1,281 @@
+"""One swarm peer in its own OS process, driven by tests and benchmarks over stdin/stdout.
+
+    python tests/gossip/peer_process.py --transport libp2p|mqtt --mode send|recv|relay
+        [--listen MULTIADDR] [--bootstrap MULTIADDR ...] [--mqtt-host H --mqtt-port P]
+        [--seed HEX] [--count N --size BYTES --wait-mesh K] [--expect N] [--raw]
+
+It starts a transport and, unless `--raw`, the gossip layer on top (signed envelopes,
+chunking above the transport's message size), subscribes to one topic, and speaks JSON
+lines on stdout:
+
+    {"event": "ready", "peer_id": ..., "addrs": [...], "layer": "gossip"|"raw"}
+    {"event": "mesh", "peers": [...]}            whenever its mesh/broker view changes
+    {"event": "sent", "index": i, "sha256": ..., "size": n}
+    {"event": "recv", "topic": ..., "sender": ..., "via": ..., "index": i,
+     "sha256": ..., "size": n}
+    {"event": "burst", "count": n, "size": s, "seconds": t}   after a `send` command
+    {"event": "peers", "connected": [...]} / {"event": "stats", ...} / {"event": "done"}
+
+Commands on stdin, one per line: `send COUNT SIZE [START]`, `peers`, `stats`, `quit`.
+EOF on stdin ends the process (so an orphan never outlives its test).
+
+Modes: `send` publishes `--count` messages of `--size` bytes once `--wait-mesh` peers
+are in its mesh; `recv` exits after `--expect` messages (0: never); `relay` only runs.
+Every mode prints what it receives and obeys commands.
+
+Payloads are `DeltaPacket`s of random bytes (index in `base_version`) on the topic
+`swarm/<swarm id>/deltas/test`. In `--raw` mode each is one signed envelope sent
+directly over the transport (at most its `max_message_bytes`); `sender` is the
+envelope's verified signer either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from swarm.clock import WallClock  # noqa: E402
+from swarm.config.network import (  # noqa: E402
+    GossipConfig,
+    Libp2pTransportConfig,
+    MqttTransportConfig,
+)
+from swarm.envelope import decode_envelope, seal  # noqa: E402
+from swarm.identity import Identity  # noqa: E402
+from swarm.messages import DeltaPacket, decode_payload, encode_payload  # noqa: E402
+from swarm.transport import Transport, deltas_topic  # noqa: E402
+
+FAMILY = "test"
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def bench_gossip_config() -> GossipConfig:
+    """Gossip limits loose enough for bulk tests and benchmarks (no rate-limit drops)."""
+    return GossipConfig(rate_limit_per_s=1e6, rate_burst=1_000_000)
+
+
+class Peer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.identity = (
+            Identity.from_seed(bytes.fromhex(args.seed)) if args.seed else Identity.generate()
+        )
+        self.topic = deltas_topic(args.swarm_id, FAMILY)
+        self.transport = self._make_transport()
+        self.gossip: Any = None
+        if not args.raw:
+            try:
+                from gossip.layer import Gossip
+            except ImportError:
+                Gossip = None  # noqa: N806
+            if Gossip is not None:
+                self.gossip = Gossip(
+                    self.transport,
+                    self.identity,
+                    args.swarm_id,
+                    bench_gossip_config(),
+                    WallClock(),
+                )
+        self.received = 0
+        self.round = 0
+        self.done = asyncio.Event()
+        self._send_lock = asyncio.Lock()
+
+    def _make_transport(self) -> Transport:
+        args = self.args
+        if args.transport == "libp2p":
+            from gossip.libp2p import Libp2pTransport
+
+            config = Libp2pTransportConfig(
+                listen=args.listen,
+                bootstrap=args.bootstrap,
+                heartbeat_interval_s=args.heartbeat,
+            )
+            return Libp2pTransport(config, self.identity)
+        from gossip.mqtt import MqttTransport
+
+        return MqttTransport(
+            MqttTransportConfig(host=args.mqtt_host, port=args.mqtt_port), self.identity
+        )
+
+    async def run(self) -> None:
+        if self.gossip is not None:
+            await self.gossip.start()
+            await self.gossip.subscribe(self.topic)
+        else:
+            await self.transport.start()
+            await self.transport.subscribe(self.topic)
+        addrs = self.transport.listen_addrs() if hasattr(self.transport, "listen_addrs") else []
+        emit(
+            "ready",
+            peer_id=self.identity.peer_id,
+            addrs=addrs,
+            layer="gossip" if self.gossip is not None else "raw",
+            max_message_bytes=self.transport.max_message_bytes,
+        )
+        tasks = [
+            asyncio.create_task(self._receive_loop(), name="receive"),
+            asyncio.create_task(self._mesh_loop(), name="mesh"),
+            asyncio.create_task(self._command_loop(), name="commands"),
+        ]
+        if self.args.mode == "send":
+            tasks.append(asyncio.create_task(self._auto_send(), name="auto-send"))
+        done_wait = asyncio.create_task(self.done.wait(), name="done")
+        try:
+            finished, _ = await asyncio.wait(
+                [*tasks, done_wait], return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in finished:
+                if task is not done_wait and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            for task in [*tasks, done_wait]:
+                task.cancel()
+            await asyncio.gather(*tasks, done_wait, return_exceptions=True)
+            if self.gossip is not None:
+                await self.gossip.stop()
+            else:
+                await self.transport.stop()
+            emit("done")
+
+    async def mesh(self) -> list[str]:
+        mesh_peers = getattr(self.transport, "mesh_peers", None)
+        if mesh_peers is not None:
+            return sorted(await mesh_peers(self.topic))
+        return sorted(self.transport.connected_peers())
+
+    async def _mesh_loop(self) -> None:
+        last: list[str] | None = None
+        while True:
+            peers = await self.mesh()
+            if peers != last:
+                emit("mesh", peers=peers)
+                last = peers
+            await asyncio.sleep(0.1)
+
+    async def _auto_send(self) -> None:
+        deadline = time.monotonic() + self.args.wait_timeout
+        while len(await self.mesh()) < self.args.wait_mesh:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"mesh did not reach {self.args.wait_mesh} peers")
+            await asyncio.sleep(0.05)
+        await self.send(self.args.count, self.args.size, 0)
+
+    async def send(self, count: int, size: int, start: int) -> None:
+        async with self._send_lock:
+            t0 = time.perf_counter()
+            for i in range(start, start + count):
+                tensors = os.urandom(size)
+                packet = DeltaPacket(FAMILY, i, "raw", tensors)
+                if self.gossip is not None:
+                    await self.gossip.publish(self.topic, packet, self.round)
+                else:
+                    envelope = seal(
+                        self.identity,
+                        kind=DeltaPacket.KIND,
+                        swarm_id=self.args.swarm_id,
+                        seq=time.time_ns() // 1000 + i,
+                        round=self.round,
+                        payload=encode_payload(packet),
+                    )
+                    await self.transport.publish(self.topic, envelope.encode())
+                emit("sent", index=i, sha256=hashlib.sha256(tensors).hexdigest(), size=size)
+            emit("burst", count=count, size=size, seconds=time.perf_counter() - t0)
+
+    async def _receive_loop(self) -> None:
+        from gossip.layer import envelope_limits, payload_limits
+
+        limit = self.transport.max_message_bytes + 4096
+        while True:
+            if self.gossip is not None:
+                got = await self.gossip.receive()
+                topic, sender, via, packet = got.topic, got.envelope.sender, None, got.message
+            else:
+                message = await self.transport.receive()
+                envelope = decode_envelope(message.data, envelope_limits(limit), self.args.swarm_id)
+                if message.via is not None and message.via != envelope.sender:
+                    raise RuntimeError(f"via {message.via} != signer {envelope.sender}")
+                packet = decode_payload(envelope.kind, envelope.payload, payload_limits(limit))
+                topic, sender, via = message.topic, envelope.sender, message.via
+            assert isinstance(packet, DeltaPacket)
+            self.received += 1
+            emit(
+                "recv",
+                topic=topic,
+                sender=sender,
+                via=via,
+                index=packet.base_version,
+                sha256=hashlib.sha256(packet.tensors).hexdigest(),
+                size=len(packet.tensors),
+                t=time.time(),
+            )
+            if self.args.mode == "recv" and self.args.expect and self.received >= self.args.expect:
+                self.done.set()
+
+    async def _command_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while True:
+            line = await reader.readline()
+            if not line:
+                self.done.set()  # stdin closed: the driver is gone
+                return
+            words = line.decode().split()
+            if not words:
+                continue
+            if words[0] == "send":
+                count, size = int(words[1]), int(words[2])
+                start = int(words[3]) if len(words) > 3 else 0
+                await self.send(count, size, start)
+            elif words[0] == "peers":
+                emit("peers", connected=sorted(self.transport.connected_peers()))
+            elif words[0] == "stats":
+                stats = getattr(self.transport, "stats", dict)()
+                layer = self.gossip.snapshot() if self.gossip is not None else {}
+                emit("stats", transport=stats, gossip=layer)
+            elif words[0] == "quit":
+                self.done.set()
+                return
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--transport", choices=("libp2p", "mqtt"), required=True)
+    p.add_argument("--mode", choices=("send", "recv", "relay"), default="relay")
+    p.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
+    p.add_argument("--bootstrap", action="append", default=[])
+    p.add_argument("--mqtt-host", default="127.0.0.1")
+    p.add_argument("--mqtt-port", type=int, default=1883)
+    p.add_argument("--swarm-id", default="test-swarm")
+    p.add_argument("--seed", default="", help="hex Ed25519 seed (default: a new identity)")
+    p.add_argument("--count", type=int, default=10)
+    p.add_argument("--size", type=int, default=1000)
+    p.add_argument("--wait-mesh", type=int, default=1)
+    p.add_argument("--wait-timeout", type=float, default=30.0)
+    p.add_argument("--expect", type=int, default=0)
+    p.add_argument("--heartbeat", type=float, default=0.5)
+    p.add_argument("--raw", action="store_true", help="bypass the gossip layer")
+    return p.parse_args(argv)
+
+
+def main() -> None:
+    logging.basicConfig(level=os.environ.get("PEER_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    asyncio.run(Peer(parse_args()).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -338,7 +338,7 @@ class Libp2pTransport:
             try:
                 await asyncio.to_thread(trio.from_thread.run_sync, stop_event.set, trio_token=token)
             except trio.RunFinishedError:
-                pass  # the trio loop already ended on its own
+                log.debug("libp2p trio loop had already ended")
         await asyncio.to_thread(self._thread.join, 15.0)
         if self._thread.is_alive():
             log.warning("libp2p thread did not stop within 15 s; leaving it (daemon)")
@@ -450,7 +450,7 @@ class Libp2pTransport:
         try:
             loop.call_soon_threadsafe(close)
         except RuntimeError:
-            pass  # the asyncio loop is already closed: nobody is left to tell
+            log.debug("asyncio loop closed before the libp2p thread ended")
 
     def _on_message(self, topic: str, data: bytes, from_id: bytes) -> None:
         """Runs in the trio thread for every message accepted by pubsub."""

@@ -22,7 +22,12 @@ def apply_overrides(
     """Re-validate `config` with section-level overrides (e.g. from CLI flags)."""
     data = config.model_dump(mode="json", exclude_none=True)
     for section, values in overrides.items():
-        data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+        values = {k: v for k, v in values.items() if v is not None}
+        current = data.setdefault(section, {})
+        if "type" in values and current.get("type") != values["type"]:
+            data[section] = values  # another variant of a union: its keys differ
+        else:
+            current.update(values)
     return parse_config(data, source)
 
 

@@ -118,9 +118,8 @@ class Node:
         log.info("resumed from %s (round %d)", directory, self.rounds_done)
         return directory
 
-    def checkpoint(self) -> Path:
-        directory = checkpoints.checkpoint_dir(self.data_dir, self.rounds_done)
-        manifest = {
+    def _manifest(self) -> dict[str, Any]:
+        return {
             "node": {
                 "rounds_done": self.rounds_done,
                 "swarm_round": self.swarm_round.value,
@@ -131,8 +130,12 @@ class Node:
                 "model_family": self.learner.model_family,
             }
         }
+
+    async def checkpoint(self) -> Path:
+        """Write a checkpoint of the current round (off the event loop), keep the newest."""
+        directory = checkpoints.checkpoint_dir(self.data_dir, self.rounds_done)
         if not directory.exists():
-            self.learner.save(directory, manifest)
+            await self.offload(self.learner.save, directory, self._manifest())
         checkpoints.prune(self.data_dir)
         return directory
 
@@ -230,9 +233,7 @@ class Node:
             if self.stop_requested.is_set():
                 break
             await self.run_round()
-            if self.rounds_done % self.config.node.checkpoint_every == 0:
-                self.checkpoint()
-        self.checkpoint()
+        await self.checkpoint()
 
     async def run_round(self) -> dict[str, Any]:
         sapo = self.config.sapo
@@ -259,11 +260,15 @@ class Node:
         trained = await self.offload(self.learner.train, sampled.groups, external)
         self.swarm_round.tick()
         self.rounds_done += 1
+        checkpoint_start = self.timer()
+        if self.rounds_done % self.config.node.checkpoint_every == 0:
+            await self.checkpoint()
+        checkpoint_s = self.timer() - checkpoint_start
 
         local_rewards = [r for g in sampled.groups for r in g.rewards]
         external_rewards = [r for e in external for r in e.rewards]
         total_s = self.timer() - start
-        work_s = sampled.sample_s + sampled.score_s + trained.train_s
+        work_s = sampled.sample_s + sampled.score_s + trained.train_s + checkpoint_s
         counters = self.gossip.counters.snapshot()
         record: dict[str, Any] = {
             "round": self.rounds_done,
@@ -288,6 +293,7 @@ class Node:
                 "score": round(sampled.score_s, 4),
                 "train": round(trained.train_s, 4),
                 "publish": round(publish_s, 4),
+                "checkpoint": round(checkpoint_s, 4),
                 "other": round(max(total_s - work_s - publish_s, 0.0), 4),
                 "total": round(total_s, 4),
             },

@@ -7,6 +7,8 @@ Invariants:
 - The peer id is exactly libp2p's: base58btc of the identity multihash of the
   protobuf-encoded public key, so the same key is the node's libp2p host identity and a
   receiver can recover the public key from the sender id alone (no key exchange).
+- A peer id holding a small-order public key is refused (`bad_sender`): for such a key
+  OpenSSL accepts trivial signatures on any message, so anyone could sign as it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,20 @@ _PB_ED25519_PREFIX = b"\x08\x01\x12\x20"
 # identity multihash: code 0x00, length 36
 _MH_IDENTITY_PREFIX = b"\x00\x24"
 PEER_ID_MAX_CHARS = 64
+# Encodings (sign bit cleared) of the 8 small-order Ed25519 points, including the
+# non-canonical ones, as in libsodium's blocklist.
+_SMALL_ORDER_KEYS = frozenset(
+    bytes.fromhex(h)
+    for h in (
+        "00" * 32,
+        "01" + "00" * 31,
+        "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+        "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+        "ec" + "ff" * 30 + "7f",
+        "ed" + "ff" * 30 + "7f",
+        "ee" + "ff" * 30 + "7f",
+    )
+)
 
 
 def b58encode(data: bytes) -> str:
@@ -77,7 +93,10 @@ def public_bytes_from_peer_id(peer_id: str) -> bytes:
     prefix = _MH_IDENTITY_PREFIX + _PB_ED25519_PREFIX
     if len(raw) != len(prefix) + 32 or not raw.startswith(prefix):
         raise WireError("bad_sender", "peer id is not an Ed25519 identity multihash")
-    return raw[len(prefix) :]
+    public = raw[len(prefix) :]
+    if public[:31] + bytes([public[31] & 0x7F]) in _SMALL_ORDER_KEYS:
+        raise WireError("bad_sender", "small-order Ed25519 public key")
+    return public
 
 
 def verify(peer_id: str, message: bytes, signature: bytes) -> None:

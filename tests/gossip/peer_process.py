@@ -44,16 +44,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from swarm.clock import WallClock  # noqa: E402
-from swarm.config.network import (  # noqa: E402
+from gossip.layer import Gossip, envelope_limits, payload_limits
+from swarm.clock import WallClock
+from swarm.config.network import (
     GossipConfig,
     Libp2pTransportConfig,
     MqttTransportConfig,
 )
-from swarm.envelope import decode_envelope, seal  # noqa: E402
-from swarm.identity import Identity  # noqa: E402
-from swarm.messages import DeltaPacket, decode_payload, encode_payload  # noqa: E402
-from swarm.transport import Transport, deltas_topic  # noqa: E402
+from swarm.envelope import decode_envelope, seal
+from swarm.identity import Identity
+from swarm.messages import DeltaPacket, decode_payload, encode_payload
+from swarm.transport import Transport, deltas_topic
 
 FAMILY = "test"
 
@@ -75,20 +76,11 @@ class Peer:
         )
         self.topic = deltas_topic(args.swarm_id, FAMILY)
         self.transport = self._make_transport()
-        self.gossip: Any = None
+        self.gossip: Gossip | None = None
         if not args.raw:
-            try:
-                from gossip.layer import Gossip
-            except ImportError:
-                Gossip = None  # noqa: N806
-            if Gossip is not None:
-                self.gossip = Gossip(
-                    self.transport,
-                    self.identity,
-                    args.swarm_id,
-                    bench_gossip_config(),
-                    WallClock(),
-                )
+            self.gossip = Gossip(
+                self.transport, self.identity, args.swarm_id, bench_gossip_config(), WallClock()
+            )
         self.received = 0
         self.round = 0
         self.done = asyncio.Event()
@@ -196,8 +188,6 @@ class Peer:
             emit("burst", count=count, size=size, seconds=time.perf_counter() - t0)
 
     async def _receive_loop(self) -> None:
-        from gossip.layer import envelope_limits, payload_limits
-
         limit = self.transport.max_message_bytes + 4096
         while True:
             if self.gossip is not None:

@@ -15,6 +15,7 @@ from swarm.identity import (
     b58encode,
     load_key_file,
     load_or_create_key_file,
+    peer_id_from_public_bytes,
     public_bytes_from_peer_id,
     verify,
     write_key_file,
@@ -133,3 +134,28 @@ def test_garbage_key_file_refused(tmp_path: Path, content: str) -> None:
 def test_missing_key_file_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_key_file(tmp_path / "absent.key")
+
+
+SMALL_ORDER = [
+    bytes(32),
+    b"\x01" + bytes(31),
+    bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05"),
+    bytes.fromhex("c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a"),
+    b"\xec" + b"\xff" * 30 + b"\x7f",
+    b"\xed" + b"\xff" * 30 + b"\x7f",
+    b"\xee" + b"\xff" * 30 + b"\x7f",
+]
+SMALL_ORDER += [key[:31] + bytes([key[31] | 0x80]) for key in SMALL_ORDER]
+
+
+@pytest.mark.parametrize("key", SMALL_ORDER, ids=lambda k: k.hex()[:4] + k.hex()[-2:])
+def test_small_order_keys_cannot_be_forged_as(key: bytes) -> None:
+    """For these keys OpenSSL accepts R=small point, S=0 on any message: refuse the ids."""
+    from nacl.bindings import crypto_core_ed25519_is_valid_point
+
+    assert not crypto_core_ed25519_is_valid_point(key)
+    peer_id = peer_id_from_public_bytes(key)
+    for r in SMALL_ORDER:
+        with pytest.raises(WireError) as info:
+            verify(peer_id, b"any message at all", r + bytes(32))
+        assert info.value.reason == "bad_sender"

@@ -1,0 +1,113 @@
+"""How much of a round the node spends outside sampling and training.
+
+Runs, in one go: a silo node (in-process, memory transport, J = 0) and a 3-node swarm
+(three `swarm join` OS processes over libp2p on 127.0.0.1, I = 4 / J = 4), all with the
+built-in tiny model, and prints one table from their metrics.jsonl files.
+
+    .venv/bin/python benchmarks/node_overhead.py --rounds 30
+
+Overhead = 1 - (sample + train) / round wall time; scoring, publishing, pool selection,
+checkpointing and metrics are all counted as overhead (target < 5%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from node.build import apply_overrides, build_node
+from node.demo import write_configs
+from node.metrics import read_metrics
+from swarm.config import load_config
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run_silo(root: Path, rounds: int) -> list[dict]:
+    config_path = write_configs(1, rounds, root / "silo")[0]
+    overrides = {"transport": {"type": "memory"}, "sapo": {"external_groups": 0}}
+    config = apply_overrides(load_config(config_path), overrides, str(config_path))
+    asyncio.run(build_node(config).run(rounds))
+    return read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+
+
+def run_swarm(root: Path, rounds: int, nodes: int = 3) -> list[list[dict]]:
+    configs = write_configs(nodes, rounds, root / "swarm")
+    procs = []
+    for config in configs:
+        cmd = [sys.executable, "-m", "cli.main", "join", "-c", str(config), "--rounds", str(rounds)]
+        procs.append(
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+        )
+        time.sleep(0.3)
+    for proc in procs:
+        if proc.wait(timeout=900) != 0:
+            raise SystemExit(f"a swarm node failed (exit {proc.returncode})")
+    return [read_metrics(root / "swarm" / f"node-{i}" / "metrics.jsonl") for i in range(nodes)]
+
+
+def row(name: str, records: list[dict]) -> list[str]:
+    records = records[2:]  # skip warm-up rounds (first allocations, mesh forming)
+    s = {k: statistics.fmean(r["seconds"][k] for r in records) for k in records[0]["seconds"]}
+    outside = 1 - (s["sample"] + s["train"]) / s["total"]
+    outside_scored = 1 - (s["sample"] + s["train"] + s["score"]) / s["total"]
+    external = statistics.fmean(r["external_groups"] for r in records)
+    return [
+        name,
+        f"{s['total'] * 1000:.0f}",
+        f"{s['sample'] * 1000:.0f}",
+        f"{s['train'] * 1000:.0f}",
+        f"{s['score'] * 1000:.1f}",
+        f"{s['publish'] * 1000:.1f}",
+        f"{s['checkpoint'] * 1000:.1f}",
+        f"{s['other'] * 1000:.1f}",
+        f"{external:.1f}",
+        f"{100 * outside:.2f}%",
+        f"{100 * outside_scored:.2f}%",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        console.print(f"silo node, {args.rounds} rounds ...")
+        silo = run_silo(root, args.rounds)
+        console.print(f"3-node swarm over libp2p, {args.rounds} rounds ...")
+        swarm = run_swarm(root, args.rounds)
+    table = Table(title="node overhead per round (ms; means after 2 warm-up rounds)")
+    for col in (
+        "setup",
+        "round",
+        "sample",
+        "train",
+        "score",
+        "publish",
+        "ckpt",
+        "other",
+        "ext groups",
+        "outside sample+train",
+        "outside sample+train+score",
+    ):
+        table.add_column(col, justify="right")
+    table.add_row(*row("silo (J=0)", silo))
+    for index, records in enumerate(swarm):
+        table.add_row(*row(f"swarm node-{index} (4/4)", records))
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The `swarm` CLI: user mistakes are one clear line and exit 2; commands round-trip."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from swarm import __version__
+from swarm.config import load_config
+
+runner = CliRunner()
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+
+
+def test_keygen_writes_private_key_and_refuses_overwrite(tmp_path: Path) -> None:
+    key = tmp_path / "k" / "node.key"
+    result = runner.invoke(app, ["keygen", str(key)])
+    assert result.exit_code == 0
+    assert result.output.strip().startswith("12D3KooW")
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    again = runner.invoke(app, ["keygen", str(key)])
+    assert again.exit_code == 2
+    assert "already exists" in again.output
+    peer = runner.invoke(app, ["peerid", str(key)])
+    assert peer.output.strip() == result.output.strip()
+
+
+def test_world_readable_key_is_refused(tmp_path: Path) -> None:
+    key = tmp_path / "node.key"
+    runner.invoke(app, ["keygen", str(key)])
+    key.chmod(0o644)
+    result = runner.invoke(app, ["peerid", str(key)])
+    assert result.exit_code == 2
+    assert "chmod 600" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_init_then_check_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "alice.toml"
+    result = runner.invoke(app, ["init", str(path), "--name", "alice", "--transport", "mqtt"])
+    assert result.exit_code == 0, result.output
+    text = path.read_text()
+    assert text.count("#") > 30  # commented
+    config = load_config(path)
+    assert config.node.name == "alice"
+    assert config.transport.type == "mqtt"
+    check = runner.invoke(app, ["config", "check", str(path)])
+    assert check.exit_code == 0
+    assert "ok" in check.output
+
+
+def test_config_check_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[sapo]\nexternal_groupz = 3\n[sampler]\nbackend = "tgi"\n')
+    result = runner.invoke(app, ["config", "check", str(path)])
+    assert result.exit_code == 2
+    assert "sapo.external_groupz" in result.output
+    assert "sampler.backend" in result.output and "vllm" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_config_check_missing_file_and_bad_toml(tmp_path: Path) -> None:
+    missing = runner.invoke(app, ["config", "check", str(tmp_path / "nope.toml")])
+    assert missing.exit_code == 2 and "not found" in missing.output
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[node\nname=")
+    result = runner.invoke(app, ["config", "check", str(broken)])
+    assert result.exit_code == 2 and "not valid TOML" in result.output
+
+
+def test_status_summarizes_metrics(tmp_path: Path) -> None:
+    records = [
+        {
+            "round": i,
+            "swarm_round": i,
+            "policy_version": i,
+            "mean_local_reward": 0.1 * i,
+            "external_groups": 2,
+            "external_by_sender": {"12D3KooWpeer": 2},
+            "drops": {"bad_signature": 1},
+            "bytes_in": 100 * i,
+            "bytes_out": 50 * i,
+            "seconds": {"sample": 0.5, "score": 0.01, "train": 0.4, "total": 1.0},
+        }
+        for i in range(1, 6)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n{torn")
+    result = runner.invoke(app, ["status", str(tmp_path), "--last", "2"])
+    assert result.exit_code == 0, result.output
+    assert "bad_signature: 1" in result.output
+    assert "0.450" in result.output  # mean of the last two rounds' rewards
+    empty = runner.invoke(app, ["status", str(tmp_path / "none")])
+    assert empty.exit_code == 2

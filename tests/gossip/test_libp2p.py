@@ -1,0 +1,187 @@
+"""libp2p GossipSub transport: real OS processes on 127.0.0.1, plus in-process checks.
+
+The line topology A <-> B <-> C (A and C bootstrap only to B) proves multi-hop relay:
+A and C are never connected, yet each receives everything the other publishes, with
+the true sender id, including an 8 MB payload (chunked by the gossip layer, since one
+GossipSub message carries at most ~1 MiB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gossip.libp2p import RPC_OVERHEAD_BYTES, Libp2pTransport
+from swarm.config.network import Libp2pTransportConfig
+from swarm.identity import Identity
+from tests.gossip.conftest import PeerProcess, free_port
+
+LOCAL = "/ip4/127.0.0.1/tcp/0"
+MESH_TIMEOUT_S = 30.0
+DELIVERY_TIMEOUT_S = 45.0
+
+
+def libp2p_peer(spawn, name: str, *extra: str) -> PeerProcess:  # type: ignore[no-untyped-def]
+    return spawn(name, "--transport", "libp2p", "--heartbeat", "0.5", *extra)
+
+
+def wait_mesh(peer: PeerProcess, *expected: str) -> None:
+    peer.wait_until(
+        lambda _: set(expected) <= set(peer.mesh()),
+        MESH_TIMEOUT_S,
+        f"{peer.name}'s mesh to include {len(expected)} peers",
+    )
+
+
+def wait_received(receiver: PeerProcess, sender: PeerProcess, count: int) -> list[dict]:
+    receiver.wait_until(
+        lambda _: len(receiver.received(sender.peer_id)) >= count,
+        DELIVERY_TIMEOUT_S,
+        f"{count} messages from {sender.name} at {receiver.name}",
+    )
+    return receiver.received(sender.peer_id)
+
+
+def assert_same_payloads(sent: list[dict], received: list[dict]) -> None:
+    want = {(e["index"], e["sha256"], e["size"]) for e in sent}
+    got = {(e["index"], e["sha256"], e["size"]) for e in received}
+    assert got == want
+    assert len(received) == len(sent), "duplicates were delivered"
+
+
+@pytest.mark.slow
+def test_line_topology_delivers_multi_hop_both_ways_with_true_sender(spawn_peer) -> None:
+    b = libp2p_peer(spawn_peer, "B", "--listen", LOCAL).ready()
+    assert b.addrs and b.addrs[0].endswith(f"/p2p/{b.peer_id}")
+    assert "/tcp/0/" not in b.addrs[0], "listen_addrs must carry the real port"
+    a = libp2p_peer(spawn_peer, "A", "--listen", LOCAL, "--bootstrap", b.addrs[0])
+    c = libp2p_peer(spawn_peer, "C", "--listen", LOCAL, "--bootstrap", b.addrs[0])
+    a.ready()
+    c.ready()
+    wait_mesh(b, a.peer_id, c.peer_id)
+    wait_mesh(a, b.peer_id)
+    wait_mesh(c, b.peer_id)
+    assert a.request("peers", "peers")["connected"] == [b.peer_id]
+    assert c.request("peers", "peers")["connected"] == [b.peer_id]
+
+    a.command("send 30 2000 0")
+    c.command("send 30 2000 1000")
+    got_c = wait_received(c, a, 30)
+    got_a = wait_received(a, c, 30)
+    assert_same_payloads([e for e in a.sent() if e["index"] < 1000], got_c)
+    assert_same_payloads([e for e in c.sent() if e["index"] >= 1000], got_a)
+    assert all(e["sender"] == a.peer_id for e in got_c)
+    assert len(wait_received(b, a, 30)) == 30  # the relay receives too
+
+    # 8 MB each way: chunked by the gossip layer, relayed by B, reassembled at the end.
+    a.command("send 1 8000000 500")
+    c.command("send 1 8000000 1500")
+    big_at_c = [e for e in wait_received(c, a, 31) if e["index"] == 500]
+    big_at_a = [e for e in wait_received(a, c, 31) if e["index"] == 1500]
+    assert [(e["size"], e["sha256"]) for e in big_at_c] == [
+        (8_000_000, next(e["sha256"] for e in a.sent() if e["index"] == 500))
+    ]
+    assert [(e["size"], e["sha256"]) for e in big_at_a] == [
+        (8_000_000, next(e["sha256"] for e in c.sent() if e["index"] == 1500))
+    ]
+    # Still not directly connected: everything above went through B.
+    assert a.request("peers", "peers")["connected"] == [b.peer_id]
+    stats = c.request("stats", "stats")
+    assert stats["transport"]["dropped_incoming"] == 0
+    assert stats["transport"]["outbound_refused"] == 0
+    assert stats["gossip"]["dropped"].get("own", 0) == 0, "own publishes came back"
+
+
+@pytest.mark.slow
+def test_bootstrap_peer_down_at_start_is_retried(spawn_peer) -> None:
+    """A node whose bootstrap peer is not up yet keeps running and connects once it is."""
+    seed = Identity.generate().seed.hex()
+    later = Identity.from_seed(bytes.fromhex(seed))
+    port = free_port()
+    addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{later.peer_id}"
+    early = libp2p_peer(spawn_peer, "early", "--listen", LOCAL, "--bootstrap", addr).ready()
+    time.sleep(1.5)  # several failed dials (and the swarm's negative dial cache)
+    assert early.proc.poll() is None
+    late = libp2p_peer(
+        spawn_peer, "late", "--listen", f"/ip4/127.0.0.1/tcp/{port}", "--seed", seed
+    ).ready()
+    assert late.peer_id == later.peer_id
+    wait_mesh(early, late.peer_id)
+    late.command("send 3 100 0")
+    assert len(wait_received(early, late, 3)) == 3
+
+
+# ---- in-process checks -------------------------------------------------------------
+
+
+def test_limits_publish_errors_listen_addrs_and_fast_stop() -> None:
+    async def main() -> None:
+        identity = Identity.generate()
+        config = Libp2pTransportConfig(listen=LOCAL, max_message_bytes=256 * 1024)
+        transport = Libp2pTransport(config, identity)
+        assert transport.max_message_bytes == 256 * 1024 - RPC_OVERHEAD_BYTES
+        await transport.start()
+        try:
+            addrs = transport.listen_addrs()
+            assert len(addrs) == 1 and addrs[0].startswith("/ip4/127.0.0.1/tcp/")
+            assert addrs[0].endswith(f"/p2p/{identity.peer_id}")
+            assert int(addrs[0].split("/")[4]) > 0
+            assert transport.connected_peers() == []
+            await transport.subscribe("swarm/x/peers")
+            with pytest.raises(ValueError, match="max_message_bytes"):
+                await transport.publish("swarm/x/peers", b"x" * (transport.max_message_bytes + 1))
+            # Publishing with no peers is not an error (a node may run alone).
+            await transport.publish("swarm/x/peers", b"alone")
+        finally:
+            t0 = time.monotonic()
+            await transport.stop()
+            assert time.monotonic() - t0 < 5.0
+        with pytest.raises(ConnectionError):
+            await transport.publish("swarm/x/peers", b"after stop")
+
+    asyncio.run(main())
+
+
+def test_two_in_process_transports_exchange_max_size_and_bursts() -> None:
+    """A burst beyond the library's 32-RPC queue and 10 msg/s limit arrives whole."""
+
+    async def main() -> None:
+        a_id, b_id = Identity.generate(), Identity.generate()
+        a = Libp2pTransport(Libp2pTransportConfig(listen=LOCAL, heartbeat_interval_s=0.5), a_id)
+        await a.start()
+        b = Libp2pTransport(
+            Libp2pTransportConfig(
+                listen=LOCAL, bootstrap=a.listen_addrs(), heartbeat_interval_s=0.5
+            ),
+            b_id,
+        )
+        await b.start()
+        try:
+            topic = "swarm/x/rollouts"
+            await a.subscribe(topic)
+            await b.subscribe(topic)
+            deadline = time.monotonic() + MESH_TIMEOUT_S
+            while b_id.peer_id not in await a.mesh_peers(topic):
+                assert time.monotonic() < deadline, "no mesh"
+                await asyncio.sleep(0.05)
+            assert a.connected_peers() == [b_id.peer_id]
+            payloads = [bytes([i]) * 50_000 for i in range(100)]
+            payloads.append(b"\xff" * a.max_message_bytes)
+            for data in payloads:
+                await a.publish(topic, data)
+            got = []
+            for _ in payloads:
+                message = await asyncio.wait_for(b.receive(), DELIVERY_TIMEOUT_S)
+                assert message.topic == topic
+                assert message.via == a_id.peer_id
+                got.append(message.data)
+            assert sorted(got) == sorted(payloads)
+            assert b.stats()["dropped_incoming"] == 0
+            assert a.stats()["received"] == 0, "own publishes must not come back"
+        finally:
+            await a.stop()
+            await b.stop()
+
+    asyncio.run(main())

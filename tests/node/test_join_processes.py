@@ -1,0 +1,112 @@
+"""`swarm join` as real OS processes over libp2p on 127.0.0.1 with the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node.demo import write_configs
+from node.metrics import read_metrics
+
+pytestmark = pytest.mark.slow
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _join(config: Path, rounds: int, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "join",
+            "--config",
+            str(config),
+            "--rounds",
+            str(rounds),
+            "--json",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("a"),
+        env=ENV,
+    )
+
+
+def _wait(procs: list[subprocess.Popen], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    codes = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(deadline - time.monotonic(), 1)))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+    return codes
+
+
+def test_three_join_processes_share_rollouts(tmp_path: Path) -> None:
+    rounds = 14
+    configs = write_configs(3, rounds, tmp_path)
+    procs = []
+    for index, config in enumerate(configs):
+        procs.append(_join(config, rounds, tmp_path / f"node-{index}.log"))
+        time.sleep(0.3)
+    codes = _wait(procs, 240)
+    logs = {i: (tmp_path / f"node-{i}.log").read_text()[-3000:] for i in range(3)}
+    assert codes == [0, 0, 0], logs
+    peer_ids = [(tmp_path / f"node-{i}" / "node.key") for i in range(3)]
+    assert all(p.exists() for p in peer_ids)
+    used_by = {}
+    for index in range(3):
+        records = read_metrics(tmp_path / f"node-{index}" / "metrics.jsonl")
+        assert len(records) == rounds
+        senders: set[str] = set()
+        for record in records:
+            senders.update(record["external_by_sender"])
+        used_by[index] = senders
+        assert sum(r["external_groups"] for r in records) > 0, logs[index]
+    for index in range(3):
+        others = set().union(*(used_by[j] for j in range(3) if j != index))
+        # every node's groups were used by some peer, and each node used both others
+        assert len(used_by[index]) == 2, (index, used_by, logs[index])
+        assert others
+
+
+def test_sigkill_then_resume_continues(tmp_path: Path) -> None:
+    configs = write_configs(1, 6, tmp_path)
+    config = configs[0]
+    text = config.read_text().replace("checkpoint_every = 3", "checkpoint_every = 2")
+    config.write_text(text)
+    data = tmp_path / "node-0"
+    log = tmp_path / "node-0.log"
+    proc = _join(config, 1000, log)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if len(read_metrics(data / "metrics.jsonl")) >= 5:
+            break
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = read_metrics(data / "metrics.jsonl")
+    checkpoints = sorted(
+        p.name for p in (data / "checkpoints").iterdir() if not p.name.startswith(".")
+    )
+    assert checkpoints, log.read_text()
+    resumed_round = int(checkpoints[-1].split("-")[1])
+    assert resumed_round >= 4
+    proc = _join(config, 3, log)
+    assert _wait([proc], 120) == [0], log.read_text()[-3000:]
+    assert f"at round {resumed_round}" in log.read_text()
+    after = read_metrics(data / "metrics.jsonl")[len(before) :]
+    assert [r["round"] for r in after] == [resumed_round + 1, resumed_round + 2, resumed_round + 3]
+    assert after[0]["policy_version"] == resumed_round + 1
+    assert json.loads(
+        (data / "checkpoints" / f"round-{resumed_round + 3:08d}" / "manifest.json").read_text()
+    )

@@ -1,0 +1,125 @@
+"""Config: errors name the file and field; every checked-in example loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from swarm.config import (
+    GossipConfig,
+    Libp2pTransportConfig,
+    MemoryTransportConfig,
+    MqttTransportConfig,
+    NodeConfig,
+    load_config,
+    parse_config,
+)
+from swarm.errors import ConfigError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def error_of(data: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "node.toml")
+    return str(info.value)
+
+
+def test_defaults_are_valid() -> None:
+    config = parse_config({})
+    assert isinstance(config, NodeConfig)
+    assert isinstance(config.transport, Libp2pTransportConfig)
+    assert config.gossip == GossipConfig()
+
+
+@pytest.mark.parametrize(
+    ("kind", "cls"),
+    [("libp2p", Libp2pTransportConfig), ("mqtt", MqttTransportConfig), ("memory", MemoryTransportConfig)],
+)
+def test_transport_union_by_type(kind: str, cls: type) -> None:
+    assert isinstance(parse_config({"transport": {"type": kind}}).transport, cls)
+
+
+def test_bad_value_names_field() -> None:
+    message = error_of({"gossip": {"rate_burst": 0}})
+    assert "node.toml" in message
+    assert "gossip.rate_burst" in message
+
+
+def test_unknown_key_names_field() -> None:
+    message = error_of({"gossip": {"rate_brust": 5}})
+    assert "gossip.rate_brust" in message
+    assert "unknown key" in message
+
+
+def test_unknown_section_names_it() -> None:
+    assert "gosip" in error_of({"gosip": {}})
+
+
+def test_unknown_transport_type_lists_choices() -> None:
+    message = error_of({"transport": {"type": "carrier-pigeon"}})
+    assert "transport" in message
+    assert "libp2p" in message and "mqtt" in message and "memory" in message
+
+
+def test_key_of_other_transport_type_refused() -> None:
+    message = error_of({"transport": {"type": "mqtt", "bootstrap": []}})
+    assert "bootstrap" in message
+
+
+def test_bootstrap_without_peer_id_refused() -> None:
+    message = error_of({"transport": {"type": "libp2p", "bootstrap": ["/ip4/1.2.3.4/tcp/4001"]}})
+    assert "/p2p/" in message
+
+
+def test_bad_swarm_id_refused() -> None:
+    assert "node.swarm_id" in error_of({"node": {"swarm_id": "has spaces"}})
+
+
+def test_wrong_type_names_field() -> None:
+    assert "sapo.max_staleness" in error_of({"sapo": {"max_staleness": "two"}})
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_load_bad_toml_names_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[gossip\nrate_burst = ")
+    with pytest.raises(ConfigError, match="not valid TOML") as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_load_bad_field_names_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text("[gossip]\nrate_limit_per_s = -1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+    assert "gossip.rate_limit_per_s" in str(info.value)
+
+
+def test_load_valid_file(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('[node]\nswarm_id = "abc"\n[transport]\ntype = "memory"\nnetwork = "n1"\n')
+    config = load_config(path)
+    assert config.node.swarm_id == "abc"
+    assert isinstance(config.transport, MemoryTransportConfig)
+    assert config.transport.network == "n1"
+
+
+def test_every_example_config_loads() -> None:
+    files = sorted(EXAMPLES.glob("*.toml"))
+    if not files:
+        pytest.skip(f"no example configs in {EXAMPLES} yet")
+    failures = {}
+    for path in files:
+        try:
+            load_config(path)
+        except ConfigError as exc:
+            failures[path.name] = str(exc)
+    assert not failures, failures

@@ -22,6 +22,7 @@ import torch  # noqa: E402
 from policy.loading import load_policy_model  # noqa: E402
 from policy.sampler import SamplingParams, TransformersSampler  # noqa: E402
 from policy.trainer import Trainer, TrainGroup  # noqa: E402
+from policy.warmstart import supervised_warmup  # noqa: E402
 from rewards.mixture import TaskStream  # noqa: E402
 from rewards.registry import correctness, score_group  # noqa: E402
 from rewards.tasks import make_task  # noqa: E402
@@ -47,18 +48,33 @@ class CurveResult:
 def run_curve(
     steps: int = 300, task: str = "add", lr: float = 3e-4, batch: int = 8, group: int = 8,
     max_new_tokens: int = 3, seed: int = 0, format_weight: float = 0.0, loss_type: str = "dapo",
-    window: int = 20, every: int = 0, model: str = "builtin:tiny",
+    window: int = 20, every: int = 0, model: str = "builtin:tiny", temperature: float = 1.0,
+    mixture: tuple[tuple[str, float], ...] | None = None, warmup_task: str | None = None,
+    warmup_steps: int = 0, warmup_lr: float = 1e-3, **train_kwargs: float,
 ) -> CurveResult:
     """Train one node for `steps` steps; `window` is the first/last averaging window."""
     torch.manual_seed(seed)
     model_cfg = ModelConfig(name_or_path=model, device="cpu", seed=seed)
-    sampler_cfg = SamplerConfig(group_size=group, max_new_tokens=max_new_tokens)
-    train_cfg = TrainConfig(learning_rate=lr, loss_type=loss_type)
+    sampler_cfg = SamplerConfig(
+        group_size=group, max_new_tokens=max_new_tokens, temperature=temperature
+    )
+    train_cfg = TrainConfig(learning_rate=lr, loss_type=loss_type, **train_kwargs)
     rewards_cfg = RewardsConfig(format_weight=format_weight)
     net, tok = load_policy_model(model_cfg)
+    if warmup_task is not None and warmup_steps > 0:
+        warm = TaskStream(
+            TasksConfig(mixture=[TaskSpec(source=s) for s in warmup_task.split(",")], seed=seed),
+            node_seed=seed + 1,
+        )
+
+        def pairs(step: int) -> list[tuple[str, str]]:
+            return [(t.prompt, t.answer) for t in map(make_task, warm.next_refs(batch * group))]
+
+        supervised_warmup(net, tok, pairs, warmup_steps, warmup_lr)
     sampler = TransformersSampler(net, tok, seed=seed)
     trainer = Trainer(net, tok, train_cfg, "cpu", sampler_config=sampler_cfg)
-    stream = TaskStream(TasksConfig(mixture=[TaskSpec(source=task)], seed=seed), node_seed=seed)
+    specs = [TaskSpec(source=s, weight=w) for s, w in (mixture or ((task, 1.0),))]
+    stream = TaskStream(TasksConfig(mixture=specs, seed=seed), node_seed=seed)
     params = SamplingParams.from_config(sampler_cfg)
     correct: list[float] = []
     started = time.perf_counter()
@@ -69,18 +85,21 @@ def run_curve(
         c_sum = 0.0
         for t, comps in zip(tasks, outs, strict=True):
             texts = [c.text for c in comps]
-            c_sum += sum(correctness(t, x, rewards_cfg) for x in texts)
+            if t.ref.source == task:
+                c_sum += sum(correctness(t, x, rewards_cfg) for x in texts)
             groups.append(TrainGroup(
                 t.prompt, texts, score_group(t, texts, rewards_cfg),
                 [c.token_ids for c in comps], [c.logprobs for c in comps],
             ))
         stats = trainer.step(groups)
-        correct.append(c_sum / (batch * group))
+        n_main = sum(t.ref.source == task for t in tasks)
+        correct.append(c_sum / max(1, n_main * group))
         if every and (step + 1) % every == 0:
             recent = correct[-every:]
             print(json.dumps({
                 "step": step + 1, "correct": round(sum(recent) / len(recent), 3),
                 "trained_groups": stats.n_groups, "loss": round(stats.loss, 4),
+                "sample": [c.text for c in outs[0][:4]],
                 "s": round(time.perf_counter() - started, 1),
             }), flush=True)
     seconds = time.perf_counter() - started

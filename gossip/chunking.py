@@ -132,9 +132,10 @@ class Reassembler:
             self.pending_bytes + size > self.max_pending_bytes
             or self.pending_for(sender) + size > self.max_message_bytes
         ):
+            detail = f"{self.pending_bytes} bytes pending, {size} more refused"
             self._discard(key)
             self._abandon(key)
-            raise WireError("reassembly_full", f"{self.pending_bytes} bytes pending")
+            raise WireError("reassembly_full", detail)
         partial.parts[chunk.index] = chunk.data
         partial.size += size
         self.pending_bytes += size

@@ -9,14 +9,14 @@ its reason in `counters.dropped`):
 1. `decode_envelope` with wire limits (transport `max_message_bytes` + `WIRE_MARGIN`):
    size, structure, version, kind, swarm id, signature (`oversize`, `malformed`,
    `bad_version`, `unknown_kind`, `wrong_swarm`, `bad_sender`, `bad_signature`).
-   A whole (unchunked) envelope must also fit `config.max_envelope_bytes` (`oversize`).
 2. `sender_mismatch` if the transport authenticated a peer (`via`) other than the signer.
-3. `own` for our own messages echoed back (counted, not an error).
+3. `own` for our own messages echoed back (counted, not an error); then a whole
+   (unchunked) envelope must fit `config.max_envelope_bytes` (`oversize`).
 4. `duplicate` if its (sender, seq) or the sha256 of its bytes was accepted before.
 5. `rate_limited` by the sender's token bucket (chunks count one each).
-6. Chunks (kind `chunk`): payload decoded with wire limits, `bad_chunk_hash` per chunk,
-   `duplicate` if that content was already reassembled, then `Reassembler` bounds
-   (`oversize`, `bad_chunk`, `reassembly_full`). Once complete and whole-hash verified,
+6. Chunks (kind `chunk`): payload decoded with wire limits, `duplicate` if that content
+   was already reassembled, then the `Reassembler`'s checks (`bad_chunk_hash` per chunk,
+   `oversize`, `bad_chunk`, `reassembly_full`). Once complete and whole-hash verified,
    the inner envelope is decoded with `config.max_envelope_bytes` limits, must be signed
    by the chunks' sender (`sender_mismatch`), must not itself be a chunk
    (`nested_chunk`), and goes through the duplicate check of step 4 again.
@@ -326,7 +326,8 @@ class Gossip:
             raise WireError("sender_mismatch", "chunks and inner envelope have other signers")
         if inner.kind == Chunk.KIND:
             raise WireError("nested_chunk", "a chunk set may not carry another chunk")
-        if self._seen.has_pair(inner.sender, inner.seq):
+        # No floor here: see gossip.seen (this seq precedes its chunks' own seqs).
+        if self._seen.has_pair(inner.sender, inner.seq, use_floor=False):
             raise WireError("duplicate", f"inner seq {inner.seq}")
         self._seen.add(inner.sender, inner.seq, chunk.content_hash)
         return self._finish(topic, inner, len(whole), self._inner_payload_limits)

@@ -15,7 +15,8 @@ Invariants:
   broker in a reconnect loop.
 - Memory is bounded: aiomqtt's incoming queue holds at most
   `config.max_queued_messages`, and so does our receive queue (which survives
-  reconnects); a full queue drops the message and counts it in `dropped_incoming`.
+  reconnects and is fed from aiomqtt's at once); a message arriving at either full
+  queue is dropped and counted in `dropped_incoming`, never lost uncounted.
 - A lost broker connection is retried forever with exponential backoff (0.2 s up to
   10 s); every subscribed topic is re-subscribed on each new connection.
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
@@ -28,6 +29,7 @@ import contextlib
 import logging
 import random
 import secrets
+from collections.abc import Callable
 
 import aiomqtt
 from paho.mqtt.subscribeoptions import SubscribeOptions
@@ -70,6 +72,7 @@ class MqttTransport:
         self._first_connect: asyncio.Future[None] | None = None
         self.dropped_incoming = 0
         """Messages dropped because the node did not read its queue fast enough."""
+        self._client_queue_type = _counting_queue_type(self._count_drop)
         self.published = 0
         self.received = 0
         self.reconnects = 0
@@ -180,6 +183,7 @@ class MqttTransport:
                     self.config.port,
                     identifier=self.client_id,
                     protocol=aiomqtt.ProtocolVersion.V5,
+                    queue_type=self._client_queue_type,
                     max_queued_incoming_messages=self.config.max_queued_messages,
                     timeout=_CONNECT_TIMEOUT_S,
                     keepalive=30,
@@ -228,13 +232,31 @@ class MqttTransport:
                 self._queue.put_nowait(item)
                 self.received += 1
             except asyncio.QueueFull:
-                self.dropped_incoming += 1
-                if self.dropped_incoming in (1, 10, 100) or self.dropped_incoming % 1000 == 0:
-                    log.warning(
-                        "MQTT receive queue full (%d): %d messages dropped so far",
-                        self.config.max_queued_messages,
-                        self.dropped_incoming,
-                    )
+                self._count_drop()
+
+    def _count_drop(self) -> None:
+        self.dropped_incoming += 1
+        if self.dropped_incoming in (1, 10, 100) or self.dropped_incoming % 1000 == 0:
+            log.warning(
+                "MQTT receive queue full (%d): %d messages dropped so far",
+                self.config.max_queued_messages,
+                self.dropped_incoming,
+            )
+
+
+def _counting_queue_type(
+    on_drop: Callable[[], None],
+) -> type[asyncio.Queue[aiomqtt.Message]]:
+    """aiomqtt's incoming-queue class: bounded, counting (not just logging) each drop."""
+
+    class CountingQueue(asyncio.Queue[aiomqtt.Message]):
+        def put_nowait(self, item: aiomqtt.Message) -> None:
+            if self.full():
+                on_drop()
+                return
+            super().put_nowait(item)
+
+    return CountingQueue
 
 
 def _subscribe_options() -> SubscribeOptions:

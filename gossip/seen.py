@@ -13,6 +13,10 @@ Invariants:
   sender's floor is kept (a flood of new identities can evict floors; the swarm-round
   staleness rule of the node is the second line against such old replays).
 - `contains` never mutates; only `add` does, so a refused message leaves no trace.
+- The floor is for envelopes anyone can replay. The envelope inside a chunk set is
+  checked with `use_floor=False`: its seq precedes its own chunks' seqs, which a long
+  set may already have pushed out of the cache (raising the floor past it), and only
+  its signer can wrap it in fresh chunks (replayed chunks hit the floor themselves).
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ class SeenCache:
         """Highest forgotten seq of `sender` (-1 if none forgotten or floor evicted)."""
         return self._floors.get(sender, -1)
 
-    def has_pair(self, sender: str, seq: int) -> bool:
-        return (sender, seq) in self._pairs or seq <= self.floor(sender)
+    def has_pair(self, sender: str, seq: int, *, use_floor: bool = True) -> bool:
+        """Seen (sender, seq)? With `use_floor=False`, only pairs still remembered count."""
+        return (sender, seq) in self._pairs or (use_floor and seq <= self.floor(sender))
 
     def has_hash(self, content_hash: bytes) -> bool:
         return content_hash in self._hashes

@@ -5,9 +5,9 @@ Invariants:
   `max(own, seen)` for every *accepted* message.
 - A message more than `max_ahead` rounds beyond our own is refused ("from the future")
   and does not move the clock, so one hostile peer cannot make honest work stale.
-- Staleness of an item is `own_round - item_round`; usable iff `0 <= staleness <= max_staleness`
-  (an item from a round ahead of ours but within `max_ahead` has staleness < 0 and is
-  usable too: its round has simply not reached us yet).
+- Staleness of an item is `own_round - item_round`; usable iff `staleness <= max_staleness`.
+  Negative staleness (an item from a round ahead of ours, within `max_ahead`) is usable:
+  accepting its message has already moved our clock up to its round.
 """
 
 from __future__ import annotations

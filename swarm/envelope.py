@@ -39,13 +39,29 @@ class Envelope:
     signature: bytes = b""
 
     def signed_bytes(self) -> bytes:
-        body = [self.version, self.kind, self.swarm_id, self.sender, self.seq, self.round, self.payload]
+        body = [
+            self.version,
+            self.kind,
+            self.swarm_id,
+            self.sender,
+            self.seq,
+            self.round,
+            self.payload,
+        ]
         return _DOMAIN + pack(body)
 
     def encode(self) -> bytes:
         return pack(
-            [self.version, self.kind, self.swarm_id, self.sender, self.seq, self.round,
-             self.payload, self.signature]
+            [
+                self.version,
+                self.kind,
+                self.swarm_id,
+                self.sender,
+                self.seq,
+                self.round,
+                self.payload,
+                self.signature,
+            ]
         )
 
 
@@ -55,7 +71,9 @@ def seal(
     """Build and sign an envelope from this node."""
     unsigned = Envelope(PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, round, payload)
     signature = identity.sign(unsigned.signed_bytes())
-    return Envelope(PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, round, payload, signature)
+    return Envelope(
+        PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, round, payload, signature
+    )
 
 
 def decode_envelope(data: bytes, limits: Limits, swarm_id: str) -> Envelope:

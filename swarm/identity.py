@@ -140,7 +140,9 @@ class Identity:
         return self.private_key.sign(message)
 
 
-def write_key_file(path: Path, identity: Identity | None = None, *, overwrite: bool = False) -> Identity:
+def write_key_file(
+    path: Path, identity: Identity | None = None, *, overwrite: bool = False
+) -> Identity:
     """Create a 0600 key file holding a (new) identity's seed; refuse to clobber one."""
     identity = identity or Identity.generate()
     path = Path(path)

@@ -107,7 +107,9 @@ def load_config(path: str | Path) -> NodeConfig:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found (create one with `swarm init {path}`)") from None
+        raise ConfigError(
+            f"{path}: config file not found (create one with `swarm init {path}`)"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
     try:

@@ -34,7 +34,9 @@ def _is_table_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[0], BaseModel)
 
 
-def render_section(name: str, model: StrictModel, header_doc: str | None, extra_doc: str = "") -> str:
+def render_section(
+    name: str, model: StrictModel, header_doc: str | None, extra_doc: str = ""
+) -> str:
     lines = _comment(header_doc)
     if extra_doc:
         lines += _comment(extra_doc)
@@ -67,5 +69,7 @@ def render_config(config: StrictModel, section_notes: dict[str, str] | None = No
         "",
     ]
     for name, info in type(config).model_fields.items():
-        parts.append(render_section(name, getattr(config, name), info.description, notes.get(name, "")))
+        parts.append(
+            render_section(name, getattr(config, name), info.description, notes.get(name, ""))
+        )
     return "\n".join(parts)

@@ -251,6 +251,12 @@ class PeerProcess:
 
 
 @pytest.fixture
+def free_tcp_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    return free_port()
+
+
+@pytest.fixture
 def spawn_peer(tmp_path: Path) -> Iterator[Callable[..., PeerProcess]]:
     """Start `peer_process.py` with the given arguments; all are stopped at teardown."""
     started: list[PeerProcess] = []

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
 from gossip.libp2p import RPC_OVERHEAD_BYTES, Libp2pTransport
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
-from tests.gossip.conftest import PeerProcess, free_port
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 MESH_TIMEOUT_S = 30.0
 DELIVERY_TIMEOUT_S = 45.0
 
 
-def libp2p_peer(spawn, name: str, *extra: str) -> PeerProcess:  # type: ignore[no-untyped-def]
+PeerProcess = Any  # conftest.PeerProcess (conftest modules are not imported by tests)
+
+
+def libp2p_peer(spawn: Any, name: str, *extra: str) -> PeerProcess:
     return spawn(name, "--transport", "libp2p", "--heartbeat", "0.5", *extra)
 
 
@@ -52,7 +55,7 @@ def assert_same_payloads(sent: list[dict], received: list[dict]) -> None:
 
 
 @pytest.mark.slow
-def test_line_topology_delivers_multi_hop_both_ways_with_true_sender(spawn_peer) -> None:
+def test_line_topology_delivers_multi_hop_both_ways_with_true_sender(spawn_peer: Any) -> None:
     b = libp2p_peer(spawn_peer, "B", "--listen", LOCAL).ready()
     assert b.addrs and b.addrs[0].endswith(f"/p2p/{b.peer_id}")
     assert "/tcp/0/" not in b.addrs[0], "listen_addrs must carry the real port"
@@ -95,11 +98,11 @@ def test_line_topology_delivers_multi_hop_both_ways_with_true_sender(spawn_peer)
 
 
 @pytest.mark.slow
-def test_bootstrap_peer_down_at_start_is_retried(spawn_peer) -> None:
+def test_bootstrap_peer_down_at_start_is_retried(spawn_peer: Any, free_tcp_port: int) -> None:
     """A node whose bootstrap peer is not up yet keeps running and connects once it is."""
     seed = Identity.generate().seed.hex()
     later = Identity.from_seed(bytes.fromhex(seed))
-    port = free_port()
+    port = free_tcp_port
     addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{later.peer_id}"
     early = libp2p_peer(spawn_peer, "early", "--listen", LOCAL, "--bootstrap", addr).ready()
     time.sleep(1.5)  # several failed dials (and the swarm's negative dial cache)

@@ -33,7 +33,13 @@ def test_is_fresh(own: int, item: int, max_staleness: int, fresh: bool) -> None:
 
 @pytest.mark.parametrize(
     ("own", "item", "max_ahead", "future"),
-    [(10, 18, 8, False), (10, 19, 8, True), (10, 10, 0, False), (10, 11, 0, True), (10, 0, 8, False)],
+    [
+        (10, 18, 8, False),
+        (10, 19, 8, True),
+        (10, 10, 0, False),
+        (10, 11, 0, True),
+        (10, 0, 8, False),
+    ],
 )
 def test_is_from_future(own: int, item: int, max_ahead: int, future: bool) -> None:
     assert is_from_future(own, item, max_ahead) is future

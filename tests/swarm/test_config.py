@@ -35,7 +35,11 @@ def test_defaults_are_valid() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "cls"),
-    [("libp2p", Libp2pTransportConfig), ("mqtt", MqttTransportConfig), ("memory", MemoryTransportConfig)],
+    [
+        ("libp2p", Libp2pTransportConfig),
+        ("mqtt", MqttTransportConfig),
+        ("memory", MemoryTransportConfig),
+    ],
 )
 def test_transport_union_by_type(kind: str, cls: type) -> None:
     assert isinstance(parse_config({"transport": {"type": kind}}).transport, cls)

@@ -48,7 +48,9 @@ def test_roundtrip() -> None:
     assert decoded == envelope
     assert decoded.sender == IDENTITY.peer_id
     assert decoded.version == PROTOCOL_VERSION
-    assert decode_payload(decoded.kind, decoded.payload, LIMITS) == Hello("m", "fam", 1, ("rollouts",))
+    assert decode_payload(decoded.kind, decoded.payload, LIMITS) == Hello(
+        "m", "fam", 1, ("rollouts",)
+    )
 
 
 def test_sealing_is_deterministic() -> None:

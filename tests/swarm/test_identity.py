@@ -22,7 +22,11 @@ from swarm.identity import (
 )
 
 
-@pytest.mark.parametrize("seed", [bytes(32), bytes(range(32)), b"\xff" * 32, b"swarm-test-seed-0123456789abcdef"])
+@pytest.mark.parametrize(
+    "seed",
+    [bytes(32), bytes(range(32)), b"\xff" * 32, b"swarm-test-seed-0123456789abcdef"],
+    ids=lambda seed: seed.hex()[:8],
+)
 def test_peer_id_matches_libp2p(seed: bytes) -> None:
     from libp2p.crypto.ed25519 import create_new_key_pair
     from libp2p.peer.id import ID

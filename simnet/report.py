@@ -1,0 +1,325 @@
+"""Reports over simnet output: PNG plots and a markdown table.
+
+`write_report(directory)` finds every run (`run.json`) under `directory`, reads each
+node's `metrics.jsonl`, and writes `reward_per_round.png` (reward per round per node, one
+panel per configuration), `cumulative_reward.png` (cumulative reward per configuration,
+mean over seeds with the min-max spread, and per-seed points) and `report.md` (the table).
+
+Invariants:
+- Read-only over the runs; writes only the three report files.
+- A node's reward in round r is its `mean_local_reward` (its own samples); a round redone
+  after a crash counts once (its last record). Cumulative reward of a run is the sum over
+  rounds, averaged over the run's nodes; a configuration's is the mean over its seeds.
+- Configurations appear in the order of `<directory>/summary.json` when present (the
+  scenario's order), else in order of first appearance by path.
+- matplotlib is imported only here, with the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node.metrics import read_metrics
+from swarm.errors import ConfigError
+
+REPORT_FILES = ("reward_per_round.png", "cumulative_reward.png", "report.md")
+
+
+@dataclass
+class NodeRun:
+    name: str
+    group: str
+    model: str
+    local_groups: int
+    external_groups: int
+    rewards: list[float | None]
+    """Reward per round 1..n (None where a round has no local samples)."""
+    external: list[int]
+
+
+@dataclass
+class RunData:
+    directory: Path
+    label: str
+    seed: int
+    summary: dict[str, Any]
+    nodes: list[NodeRun] = field(default_factory=list)
+
+    def mean_curve(self) -> list[float]:
+        """Node-mean reward per round (missing values count 0)."""
+        length = max((len(n.rewards) for n in self.nodes), default=0)
+        curve = []
+        for r in range(length):
+            values = [(n.rewards[r] or 0.0) for n in self.nodes if r < len(n.rewards)]
+            curve.append(statistics.fmean(values) if values else 0.0)
+        return curve
+
+
+def _per_round(records: list[dict[str, Any]]) -> tuple[list[float | None], list[int]]:
+    by_round: dict[int, dict[str, Any]] = {}
+    for record in records:
+        by_round[int(record["round"])] = record  # a redone round: the last record wins
+    rounds = sorted(by_round)
+    rewards = [by_round[r].get("mean_local_reward") for r in rounds]
+    external = [int(by_round[r].get("external_groups", 0)) for r in rounds]
+    return rewards, external
+
+
+def load_runs(directory: Path) -> list[RunData]:
+    """Every run under `directory`, in report order."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: no such directory")
+    runs = []
+    for path in sorted(directory.rglob("run.json")):
+        summary = json.loads(path.read_text())
+        run = RunData(path.parent, str(summary["label"]), int(summary["seed"]), summary)
+        for node in summary["nodes"]:
+            rewards, external = _per_round(read_metrics(path.parent / node["name"] / "metrics.jsonl"))
+            run.nodes.append(
+                NodeRun(
+                    node["name"], node["group"], node["model"], int(node["local_groups"]),
+                    int(node["external_groups"]), rewards, external,
+                )
+            )
+        runs.append(run)
+    if not runs:
+        raise ConfigError(f"{directory}: no simnet runs found (no run.json below it)")
+    order = _label_order(directory, runs)
+    runs.sort(key=lambda r: (order.index(r.label), r.seed))
+    return runs
+
+
+def _label_order(directory: Path, runs: list[RunData]) -> list[str]:
+    order: list[str] = []
+    summary = directory / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text())
+        order = [row["label"] for row in data.get("configurations", [])]
+    for run in runs:
+        if run.label not in order:
+            order.append(run.label)
+    return order
+
+
+def labels_of(runs: list[RunData]) -> list[str]:
+    labels: list[str] = []
+    for run in runs:
+        if run.label not in labels:
+            labels.append(run.label)
+    return labels
+
+
+def _cumulative(curve: list[float]) -> list[float]:
+    total, out = 0.0, []
+    for value in curve:
+        total += value
+        out.append(total)
+    return out
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    if window <= 1:
+        return values
+    out, acc = [], 0.0
+    for i, value in enumerate(values):
+        acc += value
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def table_rows(runs: list[RunData]) -> list[dict[str, Any]]:
+    """One row per configuration: cumulative reward over seeds and companions."""
+    rows = []
+    baseline: float | None = None
+    for label in labels_of(runs):
+        group = [r for r in runs if r.label == label]
+        totals = [sum(r.mean_curve()) for r in group]
+        mean = statistics.fmean(totals)
+        baseline = mean if baseline is None else baseline
+        nodes = group[0].nodes
+        mixes = sorted({f"{n.local_groups}/{n.external_groups}" for n in nodes})
+        models = sorted({n.model for n in nodes})
+        finals = [r.summary.get("final_reward") for r in group]
+        finals = [f for f in finals if f is not None]
+        external = [
+            statistics.fmean(e for n in r.nodes for e in n.external)
+            for r in group
+            if any(n.external for n in r.nodes)
+        ]
+        rows.append(
+            {
+                "label": label,
+                "mix": ", ".join(mixes),
+                "models": ", ".join(models),
+                "nodes": len(nodes),
+                "seeds": len(group),
+                "rounds": max((len(n.rewards) for r in group for n in r.nodes), default=0),
+                "mean": mean,
+                "std": statistics.stdev(totals) if len(totals) > 1 else 0.0,
+                "min": min(totals),
+                "max": max(totals),
+                "ratio": mean / baseline if baseline else float("nan"),
+                "final": statistics.fmean(finals) if finals else None,
+                "external": statistics.fmean(external) if external else 0.0,
+            }
+        )
+    return rows
+
+
+def group_rows(runs: list[RunData]) -> list[dict[str, Any]]:
+    """Per configuration and node group (heterogeneous swarms): mean cumulative reward."""
+    rows = []
+    for label in labels_of(runs):
+        group_runs = [r for r in runs if r.label == label]
+        names = []
+        for node in group_runs[0].nodes:
+            if node.group not in names:
+                names.append(node.group)
+        if len(names) < 2:
+            continue
+        for name in names:
+            totals = [
+                statistics.fmean(
+                    sum(v or 0.0 for v in n.rewards) for n in r.nodes if n.group == name
+                )
+                for r in group_runs
+            ]
+            model = next(n.model for n in group_runs[0].nodes if n.group == name)
+            rows.append({"label": label, "group": name, "model": model,
+                         "mean": statistics.fmean(totals),
+                         "std": statistics.stdev(totals) if len(totals) > 1 else 0.0})
+    return rows
+
+
+def markdown(runs: list[RunData], title: str) -> str:
+    rows = table_rows(runs)
+    first = rows[0]["label"]
+    lines = [
+        f"# {title}",
+        "",
+        "Cumulative reward: per run, the sum over rounds of each node's mean reward on its "
+        "own samples, averaged over the run's nodes; then mean ± std (and min-max) over "
+        f"seeds. `vs {first}` divides by the first configuration's mean. Final reward: mean "
+        "over the last 10% of rounds.",
+        "",
+        f"| configuration | I/J | model | nodes | seeds | rounds | cumulative reward "
+        f"| min-max | vs {first} | final reward | external groups/round |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        final = "-" if row["final"] is None else f"{row['final']:.3f}"
+        lines.append(
+            f"| {row['label']} | {row['mix']} | {row['models']} | {row['nodes']} "
+            f"| {row['seeds']} | {row['rounds']} | {row['mean']:.2f} ± {row['std']:.2f} "
+            f"| {row['min']:.2f}-{row['max']:.2f} | {row['ratio']:.2f}x | {final} "
+            f"| {row['external']:.2f} |"
+        )
+    groups = group_rows(runs)
+    if groups:
+        lines += [
+            "",
+            "Per node group:",
+            "",
+            "| configuration | group | model | cumulative reward |",
+            "|---|---|---|---|",
+        ]
+        for row in groups:
+            lines.append(
+                f"| {row['label']} | {row['group']} | {row['model']} "
+                f"| {row['mean']:.2f} ± {row['std']:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot_rewards(runs: list[RunData], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = labels_of(runs)
+    cols = min(len(labels), 4)
+    rows = (len(labels) + cols - 1) // cols
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(max(4.2 * cols, 6.0), 3.4 * rows), squeeze=False, sharey=True
+    )
+    for ax, label in zip(axes.flat, labels, strict=False):
+        group = [r for r in runs if r.label == label]
+        length = max(len(n.rewards) for r in group for n in r.nodes)
+        window = max(1, length // 20)
+        for run in group:
+            for node in run.nodes:
+                values = [v or 0.0 for v in node.rewards]
+                ax.plot(range(1, len(values) + 1), _smooth(values, window), lw=0.6, alpha=0.3)
+        curves = [r.mean_curve() for r in group]
+        mean = [statistics.fmean(c[i] for c in curves if i < len(c)) for i in range(length)]
+        ax.plot(range(1, length + 1), _smooth(mean, window), color="black", lw=2, label="mean")
+        ax.set_title(f"{label} ({len(group)} seeds)")
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(labels):]:
+        ax.set_visible(False)
+    axes[0][0].set_ylabel("reward per round (own samples)")
+    axes[0][0].legend(loc="upper left")
+    fig.suptitle("Reward per round per node (thin: each node and seed; moving average)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_cumulative(runs: list[RunData], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = labels_of(runs)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, label in enumerate(labels):
+        group = [r for r in runs if r.label == label]
+        curves = [_cumulative(r.mean_curve()) for r in group]
+        length = min(len(c) for c in curves)
+        xs = range(1, length + 1)
+        mean = [statistics.fmean(c[j] for c in curves) for j in range(length)]
+        low = [min(c[j] for c in curves) for j in range(length)]
+        high = [max(c[j] for c in curves) for j in range(length)]
+        (line,) = left.plot(xs, mean, label=label)
+        left.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
+        totals = [c[-1] for c in curves]
+        right.bar(i, statistics.fmean(totals), color=line.get_color(), alpha=0.6)
+        right.scatter([i] * len(totals), totals, color="black", s=12, zorder=3)
+    left.set_xlabel("round")
+    left.set_ylabel("cumulative reward (node mean)")
+    left.set_title("Cumulative reward: mean over seeds, min-max band")
+    left.legend()
+    left.grid(alpha=0.3)
+    right.set_xticks(range(len(labels)), labels)
+    right.set_ylabel("cumulative reward at the end")
+    right.set_title("Per configuration (dots: seeds)")
+    right.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(directory: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Write the plots and table for the runs under `directory` into `out` (default:
+    `directory`); return the paths written."""
+    directory = Path(directory)
+    runs = load_runs(directory)
+    target = Path(out) if out is not None else directory
+    target.mkdir(parents=True, exist_ok=True)
+    title = str(runs[0].summary.get("scenario", directory.name))
+    paths = [target / name for name in REPORT_FILES]
+    plot_rewards(runs, paths[0])
+    plot_cumulative(runs, paths[1])
+    paths[2].write_text(markdown(runs, f"simnet report: {title}"))
+    return paths

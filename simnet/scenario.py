@@ -1,0 +1,399 @@
+"""Scenario files: a simulated swarm described in TOML, validated like node configs.
+
+A scenario names node groups (count, model, per-group node-config overrides), the
+network (topology, latency, bandwidth, loss, reordering), faults (partitions that start
+and heal, nodes that leave and rejoin), rounds and seeds, and optionally *variants*:
+the same swarm run with different node-config overrides (the SAPO I/J grid).
+
+Invariants:
+- Every model forbids unknown keys and documents each field; `load_scenario` turns every
+  failure (missing file, bad TOML, bad field, unknown node name, an override that makes
+  an invalid node config) into one `ConfigError` naming the file and the field.
+- Node-config overrides are checked by building every node's real `NodeConfig`
+  (`node_config_data` + `swarm.config.parse_config`), so a scenario that loads yields
+  valid nodes. The `node` and `transport` sections, `model.name_or_path`, `model.seed`
+  and `tasks.seed` belong to simnet (names, data dirs, the memory network, seeds derived
+  from the run seed) and may not be overridden.
+- Nothing here imports simnet's engine, node/ or torch: the schema is plain data.
+- Room for hostile peers: `NodeGroupSpec.behavior` is the switch (only `honest` today).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from swarm.config import format_validation_error, parse_config
+from swarm.config.base import StrictModel
+from swarm.errors import ConfigError
+
+NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
+OVERRIDABLE_SECTIONS = ("gossip", "model", "sampler", "train", "sapo", "tasks", "rewards")
+"""Node-config sections a scenario may override (the others belong to simnet)."""
+_RESERVED_KEYS = {("model", "name_or_path"), ("model", "seed"), ("tasks", "seed")}
+SectionOverrides = dict[str, dict[str, Any]]
+
+
+# ---- network ---------------------------------------------------------------------------
+
+
+class ConstantLatency(StrictModel):
+    type: Literal["constant"] = "constant"
+    ms: float = Field(50.0, ge=0)
+    """One-way propagation delay of every transmission, in milliseconds."""
+
+
+class UniformLatency(StrictModel):
+    type: Literal["uniform"] = "uniform"
+    low_ms: float = Field(20.0, ge=0)
+    """Shortest one-way delay, in milliseconds."""
+    high_ms: float = Field(80.0, ge=0)
+    """Longest one-way delay, in milliseconds (drawn uniformly per transmission)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLatency:
+        if self.high_ms < self.low_ms:
+            raise ValueError("high_ms must be >= low_ms")
+        return self
+
+
+class LognormalLatency(StrictModel):
+    type: Literal["lognormal"] = "lognormal"
+    median_ms: float = Field(50.0, gt=0)
+    """Median one-way delay, in milliseconds."""
+    sigma: float = Field(0.5, ge=0, le=3)
+    """Spread of log(delay): 0.5 gives a long tail of occasional slow transmissions."""
+
+
+Latency = Annotated[
+    ConstantLatency | UniformLatency | LognormalLatency, Field(discriminator="type")
+]
+
+
+class NetworkSpec(StrictModel):
+    topology: Literal["full", "mesh"] = "full"
+    """`full`: every node linked to every other, messages travel one hop. `mesh`: each node
+    linked to about `degree` random peers (a union of random rings, so connected);
+    messages are relayed hop by hop and delivered once per node (GossipSub-like)."""
+    degree: int = Field(6, ge=2, le=64)
+    """Links per node on a `mesh` (GossipSub's D)."""
+    max_hops: int = Field(0, ge=0, le=64)
+    """On a `mesh`, how many hops a rollout batch travels (0: to every node). A bound keeps
+    per-node traffic flat as the swarm grows; hellos always reach every node."""
+    latency: Latency = ConstantLatency()
+    """One-way delay per transmission: `constant`, `uniform` or `lognormal`."""
+    bandwidth_mbps: float = Field(100.0, gt=0)
+    """Each node's upload bandwidth (megabits/s); its transmissions queue behind each other."""
+    loss: float = Field(0.0, ge=0, lt=1)
+    """Probability that one transmission over one link is lost."""
+    reorder: float = Field(0.0, ge=0, le=1)
+    """Probability that one transmission is held back by `reorder_delay_ms` (later ones
+    overtake it); random latency reorders too."""
+    reorder_delay_ms: float = Field(200.0, ge=0)
+    """Extra delay of a held-back transmission, in milliseconds."""
+    max_message_bytes: int = Field(1 << 20, ge=1024)
+    """Largest message a link carries whole; gossip chunks anything larger."""
+
+
+# ---- faults ----------------------------------------------------------------------------
+
+
+class PartitionFault(StrictModel):
+    type: Literal["partition"] = "partition"
+    start_s: float = Field(ge=0)
+    """Virtual second at which the network splits."""
+    end_s: float | None = None
+    """Virtual second at which it heals (None: never)."""
+    groups: list[list[str]] = Field(min_length=1)
+    """Sides of the split, each a list of node names or node-group names; nodes not listed
+    form one more side. Transmissions between sides are dropped while it lasts."""
+
+    @model_validator(mode="after")
+    def _heals_after_start(self) -> PartitionFault:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError("end_s must be > start_s")
+        return self
+
+
+class LeaveFault(StrictModel):
+    type: Literal["leave"] = "leave"
+    node: str
+    """Name of the node that leaves."""
+    at_s: float = Field(ge=0)
+    """Virtual second at which it leaves."""
+    rejoin_s: float | None = None
+    """Virtual second at which it comes back, resuming from its newest checkpoint
+    (None: never)."""
+    graceful: bool = False
+    """True: it checkpoints before leaving (a clean stop). False: a crash; it resumes from
+    its last periodic checkpoint and redoes the rounds since."""
+
+    @model_validator(mode="after")
+    def _rejoin_after_leave(self) -> LeaveFault:
+        if self.rejoin_s is not None and self.rejoin_s <= self.at_s:
+            raise ValueError("rejoin_s must be > at_s")
+        return self
+
+
+class ChurnFault(StrictModel):
+    type: Literal["churn"] = "churn"
+    fraction: float = Field(gt=0, le=1)
+    """Share of the nodes (chosen by the run seed) that leave once each."""
+    start_s: float = Field(0.0, ge=0)
+    """Leaves happen at uniformly random times in [start_s, end_s)."""
+    end_s: float = Field(gt=0)
+    """End of the window in which nodes leave."""
+    down_s: float | None = Field(60.0, gt=0)
+    """How long each stays away before rejoining from its checkpoint (None: for good)."""
+    graceful: bool = False
+    """Checkpoint before leaving (True) or crash (False)."""
+
+    @model_validator(mode="after")
+    def _window(self) -> ChurnFault:
+        if self.end_s <= self.start_s:
+            raise ValueError("end_s must be > start_s")
+        return self
+
+
+Fault = Annotated[PartitionFault | LeaveFault | ChurnFault, Field(discriminator="type")]
+
+
+# ---- nodes -----------------------------------------------------------------------------
+
+
+class ComputeSpec(StrictModel):
+    sample_s_per_group: float = Field(1.0, ge=0)
+    """Virtual seconds to sample (and score) one local group."""
+    train_s_per_group: float = Field(0.5, ge=0)
+    """Virtual seconds of training per group trained (local + external)."""
+    round_overhead_s: float = Field(0.1, gt=0)
+    """Fixed virtual seconds per round on top (optimizer step, bookkeeping); > 0, so every
+    round moves virtual time forward."""
+    jitter: float = Field(0.1, ge=0, lt=1)
+    """Each duration is scaled by a uniform factor in [1 - jitter, 1 + jitter]."""
+
+
+class StubSpec(StrictModel):
+    skill: float = Field(0.1, ge=0, le=1)
+    """Initial probability that a stub completion is correct."""
+    rate: float = Field(0.02, ge=0, le=1)
+    """Skill gained toward 1 per informative group trained (the toy learning rule)."""
+
+
+class NodeGroupSpec(StrictModel):
+    name: str = Field("node", pattern=NAME_PATTERN, max_length=64)
+    """Group name; its nodes are `<name>-<i>` (or just `<name>` when count is 1)."""
+    count: int = Field(1, ge=1, le=100_000)
+    """How many nodes in this group."""
+    model: str = "stub"
+    """`stub` (no torch: synthetic rollouts, toy learning rule, for protocol-scale runs) or
+    a policy model for the real learner (`builtin:tiny`, `builtin:tiny-2x`, a hub id)."""
+    init: Literal["per_node", "shared"] = "per_node"
+    """Model init (and sampling) seed: different per node, or one per group and run seed
+    (all start from the same weights; note that they then also share sampling seeds)."""
+    stub: StubSpec = StubSpec()
+    """Parameters of the stub learner (stub model only)."""
+    compute: ComputeSpec | None = None
+    """Virtual compute cost of this group's nodes (None: the scenario's `compute`)."""
+    config: SectionOverrides = {}
+    """Node-config sections for these nodes, over the scenario's and variant's `defaults`
+    (e.g. `sapo = { local_groups = 6, external_groups = 2 }`)."""
+    behavior: Literal["honest"] = "honest"
+    """How these nodes behave (hostile behaviours are a later extension)."""
+
+    def node_names(self) -> list[str]:
+        if self.count == 1:
+            return [self.name]
+        return [f"{self.name}-{i}" for i in range(self.count)]
+
+
+class VariantSpec(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN, max_length=64)
+    """Directory-safe name of this configuration (e.g. `i4-j4`)."""
+    label: str | None = None
+    """Display name in reports (e.g. `4/4`); defaults to `name`."""
+    defaults: SectionOverrides = {}
+    """Node-config sections for every node in this variant, over the scenario's."""
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+class Scenario(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN, max_length=64)
+    """Scenario name (also the swarm id of its nodes)."""
+    description: str = ""
+    """Free text shown in reports."""
+    rounds: int = Field(ge=1, le=1_000_000)
+    """Rounds each node trains (a node that crashed redoes the rounds it lost)."""
+    seeds: list[int] = Field([0], min_length=1)
+    """One run per seed (and per variant); a seed fixes every random choice of a run."""
+    defaults: SectionOverrides = {}
+    """Node-config sections for every node (`sapo`, `sampler`, `train`, `tasks`, ...)."""
+    compute: ComputeSpec = ComputeSpec()
+    """Virtual compute cost of a node, unless its group sets one."""
+    nodes: list[NodeGroupSpec] = Field(min_length=1)
+    """Node groups, heterogeneous if they differ."""
+    network: NetworkSpec = NetworkSpec()
+    """The link model."""
+    faults: list[Fault] = []
+    """Partitions, leaves (crash or clean) and random churn, on a virtual-time schedule."""
+    variants: list[VariantSpec] = []
+    """Configurations to compare (each runs every seed); none: one run per seed."""
+    checkpoint_every: int = Field(10, ge=0)
+    """Each node checkpoints every this many rounds (0: never, for protocol-scale runs)."""
+    announce_every_s: float = Field(0.0, ge=0)
+    """Each node publishes a hello this often, in virtual seconds (0: never)."""
+    start_spread_s: float = Field(1.0, ge=0)
+    """Nodes start their first round at random times in [0, start_spread_s)."""
+    torch_threads: int = Field(1, ge=1, le=256)
+    """torch intra-op threads for real models (1 keeps runs deterministic and cheap)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds must be unique")
+        groups = [g.name for g in self.nodes]
+        if len(set(groups)) != len(groups):
+            raise ValueError("node group names must be unique")
+        names = self.node_names()
+        if len(set(names)) != len(names):
+            raise ValueError("node names clash (a group name equals another's node name)")
+        variants = [v.name for v in self.variants]
+        if len(set(variants)) != len(variants):
+            raise ValueError("variant names must be unique")
+        known = set(names) | set(groups)
+        for fault in self.faults:
+            if isinstance(fault, LeaveFault) and fault.node not in names:
+                raise ValueError(f"leave fault: unknown node {fault.node!r}")
+            if isinstance(fault, PartitionFault):
+                for side in fault.groups:
+                    for item in side:
+                        if item not in known:
+                            raise ValueError(f"partition fault: unknown node or group {item!r}")
+        for where, overrides in self._all_overrides():
+            _check_overrides(where, overrides)
+        return self
+
+    def _all_overrides(self) -> list[tuple[str, SectionOverrides]]:
+        found = [("defaults", self.defaults)]
+        found += [(f"variants.{v.name}.defaults", v.defaults) for v in self.variants]
+        found += [(f"nodes.{g.name}.config", g.config) for g in self.nodes]
+        return found
+
+    def node_names(self) -> list[str]:
+        return [name for group in self.nodes for name in group.node_names()]
+
+    def variant_list(self) -> list[VariantSpec | None]:
+        """The variants to run; `[None]` for a scenario without variants."""
+        return list(self.variants) if self.variants else [None]
+
+    def group_members(self, item: str) -> list[str]:
+        """Node names meant by a node or node-group name."""
+        for group in self.nodes:
+            if group.name == item:
+                return group.node_names()
+        return [item]
+
+
+def _check_overrides(where: str, overrides: SectionOverrides) -> None:
+    for section, values in overrides.items():
+        if section not in OVERRIDABLE_SECTIONS:
+            raise ValueError(
+                f"{where}: section {section!r} cannot be set here "
+                f"(allowed: {', '.join(OVERRIDABLE_SECTIONS)})"
+            )
+        if not isinstance(values, dict):
+            raise ValueError(f"{where}.{section} must be a table")
+        for key in values:
+            if (section, key) in _RESERVED_KEYS:
+                raise ValueError(
+                    f"{where}.{section}.{key} is set by simnet (the node group's `model`, "
+                    "or seeds derived from the run seed)"
+                )
+
+
+def merge_sections(*layers: SectionOverrides) -> dict[str, dict[str, Any]]:
+    """Section-wise merge: later layers override keys of earlier ones."""
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            merged.setdefault(section, {}).update(values)
+    return merged
+
+
+def node_config_data(
+    scenario: Scenario,
+    variant: VariantSpec | None,
+    group: NodeGroupSpec,
+    *,
+    name: str,
+    data_dir: Path,
+    model_seed: int,
+    tasks_seed: int,
+) -> dict[str, Any]:
+    """The node-config dict of one node (validate it with `swarm.config.parse_config`)."""
+    data: dict[str, Any] = merge_sections(
+        scenario.defaults, variant.defaults if variant else {}, group.config
+    )
+    data["node"] = {
+        "name": name,
+        "swarm_id": scenario.name,
+        "data_dir": str(data_dir),
+        "checkpoint_every": scenario.checkpoint_every or 1_000_000_000,
+    }
+    data["transport"] = {
+        "type": "memory",
+        "network": scenario.name,
+        "max_message_bytes": scenario.network.max_message_bytes,
+    }
+    model = data.setdefault("model", {})
+    model["seed"] = model_seed
+    if group.model != "stub":
+        model["name_or_path"] = group.model
+        model.setdefault("device", "cpu")
+    data.setdefault("tasks", {})["seed"] = tasks_seed
+    return data
+
+
+def _check_node_configs(scenario: Scenario, source: str) -> None:
+    """Build one node config per (variant, group) so bad overrides fail at load."""
+    for variant in scenario.variant_list():
+        for group in scenario.nodes:
+            data = node_config_data(
+                scenario, variant, group, name=group.name, data_dir=Path("."),
+                model_seed=0, tasks_seed=0,
+            )
+            where = f"{source} (nodes {group.name!r}"
+            where += f", variant {variant.name!r})" if variant else ")"
+            parse_config(data, where)
+
+
+def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    """Validate a scenario dict; `ConfigError` naming the field on any problem."""
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from None
+    _check_node_configs(scenario, source)
+    return scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: scenario file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read scenario: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_scenario(data, str(path))

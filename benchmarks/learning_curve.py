@@ -50,7 +50,8 @@ def run_curve(
     max_new_tokens: int = 3, seed: int = 0, format_weight: float = 0.0, loss_type: str = "dapo",
     window: int = 20, every: int = 0, model: str = "builtin:tiny", temperature: float = 1.0,
     mixture: tuple[tuple[str, float], ...] | None = None, warmup_task: str | None = None,
-    warmup_steps: int = 0, warmup_lr: float = 1e-3, **train_kwargs: float,
+    warmup_steps: int = 0, warmup_lr: float = 1e-3, reward: str = "source",
+    **train_kwargs: float,
 ) -> CurveResult:
     """Train one node for `steps` steps; `window` is the first/last averaging window."""
     torch.manual_seed(seed)
@@ -59,7 +60,8 @@ def run_curve(
         group_size=group, max_new_tokens=max_new_tokens, temperature=temperature
     )
     train_cfg = TrainConfig(learning_rate=lr, loss_type=loss_type, **train_kwargs)
-    rewards_cfg = RewardsConfig(format_weight=format_weight)
+    rewards_cfg = RewardsConfig(format_weight=format_weight, correctness=reward)
+    exact_cfg = RewardsConfig(correctness="exact")
     net, tok = load_policy_model(model_cfg)
     if warmup_task is not None and warmup_steps > 0:
         warm = TaskStream(
@@ -86,7 +88,7 @@ def run_curve(
         for t, comps in zip(tasks, outs, strict=True):
             texts = [c.text for c in comps]
             if t.ref.source == task:
-                c_sum += sum(correctness(t, x, rewards_cfg) for x in texts)
+                c_sum += sum(correctness(t, x, exact_cfg) for x in texts)
             groups.append(TrainGroup(
                 t.prompt, texts, score_group(t, texts, rewards_cfg),
                 [c.token_ids for c in comps], [c.logprobs for c in comps],

@@ -37,16 +37,26 @@ def _fail(exc: ConfigError) -> typer.Exit:
 
 def _print_summary(result: dict[str, Any]) -> None:
     table = Table(title=f"simnet: {result['scenario']} ({result['rounds']} rounds)")
-    for column in ("configuration", "seeds", "cumulative reward", "min-max", "vs first",
-                   "final reward", "external/round"):
+    for column in (
+        "configuration",
+        "seeds",
+        "cumulative reward",
+        "min-max",
+        "vs first",
+        "final reward",
+        "external/round",
+    ):
         table.add_column(column)
     for row in result["configurations"]:
         final = "-" if row["final_reward"] is None else f"{row['final_reward']:.3f}"
         ratio = "-" if row["vs_first"] is None else f"{row['vs_first']:.2f}x"
         table.add_row(
-            row["label"], str(row["seeds"]),
+            row["label"],
+            str(row["seeds"]),
             f"{row['cumulative_mean']:.2f} ± {row['cumulative_std']:.2f}",
-            f"{row['cumulative_min']:.2f}-{row['cumulative_max']:.2f}", ratio, final,
+            f"{row['cumulative_min']:.2f}-{row['cumulative_max']:.2f}",
+            ratio,
+            final,
             f"{row['external_per_round']:.2f}",
         )
     console.print(table)
@@ -80,8 +90,12 @@ def run_command(
         loaded = load_scenario(scenario)
         target = out if out is not None else Path("runs/simnet") / loaded.name
         with Progress(
-            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), console=console, transient=True,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
         ) as bar:
             tasks: dict[str, Any] = {}
 
@@ -90,7 +104,8 @@ def run_command(
                 if task is None:
                     task = bar.add_task(
                         f"[{p.run_index + 1}/{p.runs_total}] {p.run}",
-                        total=p.node_rounds_total, info="",
+                        total=p.node_rounds_total,
+                        info="",
                     )
                     tasks[p.run] = task
                 bar.update(task, completed=p.node_rounds_done, info=f"t={p.virtual_s:,.0f}s")

@@ -31,6 +31,8 @@ Invariants:
   library's adaptation would stretch a 1 s heartbeat to 30-60 s on a "poor health"
   score, which a 3-node test swarm always has).
 - A node's own publishes are not delivered back to it.
+- `start` raises if the listen address cannot be bound (the library only logs it).
+  After `stop` (or a crash of the trio thread), `receive` raises `ConnectionError`.
 - Bootstrap peers are (re)dialed with exponential backoff while not connected; a dead
   peer never crashes the transport. mDNS is used only when `config.mdns`.
 """
@@ -249,6 +251,13 @@ class _SwarmGossipSub(GossipSub):
         ]
 
 
+def _unwrap(exc: BaseException) -> BaseException:
+    """The one exception inside nested trio exception groups, else the group itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 class _Backoff:
     """Exponential backoff with jitter for one dial target."""
 
@@ -434,6 +443,7 @@ class Libp2pTransport:
         try:
             trio.run(self._trio_main, started)
         except BaseException as exc:  # the thread's top level: report, never swallow
+            exc = _unwrap(exc)
             self._failure = exc
             if not started.done():
                 started.set_exception(exc)
@@ -525,6 +535,9 @@ class Libp2pTransport:
             await pubsub.wait_until_ready()
             async with host.run(listen_addrs=[listen]):
                 self._listen_addrs = self._full_addrs(host)
+                if not self._listen_addrs:
+                    # py-libp2p only logs a failed listen (e.g. port in use) and runs on.
+                    raise OSError(f"could not listen on {self.config.listen} (port in use?)")
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._maintain_peers, host)
                     started.set_result(None)

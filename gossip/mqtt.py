@@ -20,6 +20,7 @@ Invariants:
 - A lost broker connection is retried forever with exponential backoff (0.2 s up to
   10 s); every subscribed topic is re-subscribed on each new connection.
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
+- After `stop`, `receive` raises `ConnectionError` (it never hangs on a dead transport).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ _BACKOFF_INITIAL_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
 _QOS = 1
+_CLOSED = object()
 
 
 class MqttTransport:
@@ -66,7 +68,7 @@ class MqttTransport:
         self._topics: list[str] = []
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
-        self._queue: asyncio.Queue[TransportMessage] | None = None
+        self._queue: asyncio.Queue[TransportMessage | object] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._first_connect: asyncio.Future[None] | None = None
@@ -91,6 +93,7 @@ class MqttTransport:
         """
         if self._task is not None:
             raise RuntimeError("transport already started")
+        self._stopping = False
         self._queue = asyncio.Queue(maxsize=self.config.max_queued_messages)
         self._first_connect = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(), name=f"mqtt-{self.peer_id[-8:]}")
@@ -112,6 +115,12 @@ class MqttTransport:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._connected.clear()
+        queue = self._queue
+        if queue is not None:
+            while queue.full():
+                queue.get_nowait()
+                self.dropped_incoming += 1
+            queue.put_nowait(_CLOSED)  # wakes (and fails) any pending receive()
 
     async def subscribe(self, topic: str) -> None:
         if topic in self._topics:
@@ -147,7 +156,12 @@ class MqttTransport:
     async def receive(self) -> TransportMessage:
         if self._queue is None:
             raise RuntimeError("transport not started")
-        return await self._queue.get()
+        item = await self._queue.get()
+        if item is _CLOSED:
+            self._queue.put_nowait(_CLOSED)  # every later receive() fails too
+            raise ConnectionError("MQTT transport stopped")
+        assert isinstance(item, TransportMessage)
+        return item
 
     def connected_peers(self) -> list[str]:
         """MQTT does not reveal peers; the broker stands in for all of them."""

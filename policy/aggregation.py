@@ -6,16 +6,24 @@ Steps of `aggregate`, in order:
    down to at most `clip_multiple * reference`, where `reference` is the median of the
    peers' global L2 norms, capped by `own_norm` when given (this node's own last update
    norm: a majority of peers inflating their norms cannot raise the bound above it).
-3. A coordinate-wise combination across peers: `mean`, `median` (the mean of the two
-   middle values for an even count) or `trimmed_mean` (sort each coordinate across
-   peers, drop `floor(trim_fraction * n)` from each end, average the rest).
+3. A coordinate-wise combination across the n peers: `mean` (sum / n), or a robust
+   statistic over the peers that *sent* the coordinate, scaled by their share:
+   `robust(values of the m voters) * m / n`, where a peer votes at a coordinate when its
+   value there is non-zero. `median` takes the voters' median (the mean of the two
+   middle values for an even count); `trimmed_mean` sorts the voters' values, drops
+   `floor(trim_fraction * m)` from each end (always leaving one) and averages the rest.
+   Why voters: top-k deltas are sparse and peers pick mostly different coordinates, so
+   a plain coordinate-wise median over all n peers is zero almost everywhere and would
+   throw away nearly all honest signal. With one voter the result is that value / n,
+   exactly the mean; a hostile peer alone on a coordinate is bounded by the clipping.
+   For dense deltas (no zeros) these are the usual median and trimmed mean.
 
 Invariants: inputs are never modified; the result has the deltas' names and shapes, in
-float32, always finite (means are sums of `x / n`, so finite inputs cannot overflow);
-with no usable peer it is all zeros. With honest peers in the majority, `median`, and
-`trimmed_mean` with `floor(trim_fraction * n)` at least the number of hostile peers,
-stay at every coordinate within the range of the (clipped) honest values, however large
-or sign-flipped the hostile values are.
+float32, always finite (averages are sums of `x / count`, so finite inputs cannot
+overflow); with no usable peer it is all zeros. Where honest peers are the majority of
+a coordinate's voters, `median`, and `trimmed_mean` with `floor(trim_fraction * m)` at
+least the number of hostile voters, stay within `m / n` times the range of the (clipped)
+honest values at that coordinate, however large or sign-flipped the hostile values are.
 """
 
 from __future__ import annotations
@@ -82,17 +90,29 @@ def _median_of_sorted(s: Tensor) -> Tensor:
 
 
 def combine(stacked: Tensor, method: Method, trim_fraction: float) -> Tensor:
-    """Coordinate-wise combination along dim 0 of a (peers, ...) float tensor."""
+    """Coordinate-wise combination along dim 0 of a (peers, ...) float tensor, treating
+    exact zeros as abstentions for `median` and `trimmed_mean` (module docstring)."""
     n = stacked.shape[0]
     if method == "mean":
         return (stacked / n).sum(0)
-    ordered = stacked.sort(dim=0).values
+    if method not in ("median", "trimmed_mean"):
+        raise ValueError(f"unknown aggregation method {method!r}")
+    sent = stacked != 0
+    voters = sent.sum(0)
+    ordered = torch.where(sent, stacked, float("nan")).sort(dim=0).values  # NaN sort last
     if method == "median":
-        return _median_of_sorted(ordered)
-    if method == "trimmed_mean":
-        trim = min(math.floor(trim_fraction * n), (n - 1) // 2)
-        return (ordered[trim : n - trim] / (n - 2 * trim)).sum(0)
-    raise ValueError(f"unknown aggregation method {method!r}")
+        lo = ((voters - 1).clamp(min=0) // 2).unsqueeze(0)
+        hi = (voters // 2).clamp(max=n - 1).unsqueeze(0)
+        robust = (ordered.gather(0, lo) * 0.5 + ordered.gather(0, hi) * 0.5).squeeze(0)
+    else:
+        trim = torch.minimum(
+            torch.floor(voters.double() * trim_fraction).long(), (voters - 1).clamp(min=0) // 2
+        )
+        pos = torch.arange(n, device=stacked.device).view(-1, *([1] * (stacked.dim() - 1)))
+        keep = (pos >= trim) & (pos < voters - trim)
+        count = (voters - 2 * trim).clamp(min=1)
+        robust = (torch.where(keep, ordered, 0.0) / count).sum(0)
+    return torch.where(voters > 0, robust * (voters.float() / n), 0.0)
 
 
 def aggregate_with_stats(

@@ -1,8 +1,10 @@
 """A `CompressedDelta` to and from safetensors bytes (the `tensors` of a `DeltaPacket`).
 
 Invariants:
-- The bytes are a plain safetensors file (written by `safetensors.torch.save`): the
-  wire arrays as tensors, the integers as `__metadata__` strings. Never pickle.
+- The bytes are a plain safetensors file (readable by `safetensors.torch.load`): the
+  wire arrays as 1-D tensors, the integers as `__metadata__` strings. Never pickle.
+  Encoding is deterministic (sorted JSON keys, tensors in name order), so equal deltas
+  give equal bytes on every machine (safetensors' own writer orders metadata by hash).
 - `decode_packet` parses the safetensors container itself (a bounded JSON header, exact
   offsets) instead of trusting a parser with a peer's bytes, and validates everything
   against the *local* parameter shapes before returning: total size bounded, header
@@ -24,7 +26,6 @@ import struct
 from typing import Any
 
 import torch
-from safetensors.torch import save as save_safetensors
 
 from policy.compression import (
     DENSE_FP16,
@@ -51,6 +52,7 @@ _ARRAYS: dict[str, dict[str, str]] = {
     DENSE_FP16: {"values": "F16"},
 }
 _TORCH_DTYPES = {"U8": torch.uint8, "BF16": torch.bfloat16, "F16": torch.float16}
+_DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
 _ITEMSIZE = {"U8": 1, "BF16": 2, "F16": 2}
 _INT = re.compile(r"^(0|[1-9][0-9]{0,14})$")
 _HEX = re.compile(r"^[0-9a-f]{32}$")
@@ -81,8 +83,25 @@ def encode_packet(compressed: CompressedDelta) -> bytes:
         "k": str(compressed.k),
         "bits": str(compressed.bits),
     }
-    arrays = {name: t.detach().cpu().contiguous() for name, t in compressed.arrays.items()}
-    return save_safetensors(arrays, metadata=meta)
+    header: dict[str, Any] = {"__metadata__": meta}
+    blobs = []
+    offset = 0
+    for name in sorted(compressed.arrays):
+        t = compressed.arrays[name].detach().cpu().contiguous().reshape(-1)
+        dtype = _DTYPE_NAMES.get(t.dtype)
+        if dtype is None:
+            raise ValueError(f"cannot encode {name} of dtype {t.dtype}")
+        blob = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {
+            "dtype": dtype,
+            "shape": [t.numel()],
+            "data_offsets": [offset, offset + len(blob)],
+        }
+        blobs.append(blob)
+        offset += len(blob)
+    raw = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    raw += b" " * ((-len(raw)) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    return b"".join([struct.pack("<Q", len(raw)), raw, *blobs])
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

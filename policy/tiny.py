@@ -116,7 +116,6 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
 def build_tiny_model(variant: str = "tiny", seed: int = 0) -> Qwen2ForCausalLM:
     """A freshly initialized built-in model on the CPU, float32, in eval mode."""
     config = tiny_config(variant, len(SPECIAL_TOKENS) + len(TINY_CHARS))
-    config._attn_implementation = "eager"
     torch_state = torch.random.get_rng_state()
     try:
         model = Qwen2ForCausalLM(config)

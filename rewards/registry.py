@@ -67,6 +67,14 @@ def _numeric(source: TaskSource, task: Task, answer: str) -> float:
     return 1.0 if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9) else 0.0
 
 
+def _closeness(source: TaskSource, task: Task, answer: str) -> float:
+    try:
+        got, want = float(answer.replace(",", "")), float(task.answer.replace(",", ""))
+    except ValueError:
+        return 0.0
+    return 1.0 / (1.0 + abs(got - want)) if math.isfinite(got) else 0.0
+
+
 def _source(source: TaskSource, task: Task, answer: str) -> float:
     return float(source.score_answer(task, answer))
 
@@ -74,6 +82,7 @@ def _source(source: TaskSource, task: Task, answer: str) -> float:
 CORRECTNESS: dict[str, Correctness] = {
     "exact": Correctness(_exact, False, "1 if the extracted answer equals the ground truth"),
     "numeric": Correctness(_numeric, False, "1 if both parse as equal numbers"),
+    "closeness": Correctness(_closeness, False, "numeric partial credit 1 / (1 + |got - want|)"),
     "source": Correctness(_source, None, "the task source's own scorer (reasoning-gym's)"),
 }
 """Correctness rewards by name (`RewardsConfig.correctness`)."""

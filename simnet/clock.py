@@ -49,9 +49,7 @@ class Scheduler:
     def pending(self) -> int:
         return len(self._heap)
 
-    def run(
-        self, until: float | None = None, stop: Callable[[], bool] | None = None
-    ) -> None:
+    def run(self, until: float | None = None, stop: Callable[[], bool] | None = None) -> None:
         """Run events in order until none is left, `until` is passed, or `stop()` is true."""
         heap = self._heap
         while heap:

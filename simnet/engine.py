@@ -35,6 +35,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -58,6 +59,7 @@ from simnet.scenario import (
     load_scenario,
     node_config_data,
 )
+from simnet.shared import shared_pure_work
 from simnet.stub import StubLearner
 from swarm.config import NodeConfig, parse_config
 from swarm.errors import ConfigError
@@ -131,7 +133,7 @@ class TimedLearner:
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
         result = self.inner.train(local, external)
         groups = len(local) + len(external)
-        seconds = (groups * self.compute.train_s_per_group + self.compute.round_overhead_s)
+        seconds = groups * self.compute.train_s_per_group + self.compute.round_overhead_s
         return TrainResult(result.stats, seconds * self._factor())
 
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
@@ -243,7 +245,9 @@ class Simulation:
         config = plan.config
         if plan.group.model == "stub":
             return StubLearner(
-                config.sampler.group_size, config.rewards, plan.group.stub.skill,
+                config.sampler.group_size,
+                config.rewards,
+                plan.group.stub.skill,
                 plan.group.stub.rate,
             )
         from node.policy_learner import PolicyLearner  # torch: only for real models
@@ -258,14 +262,23 @@ class Simulation:
         config = plan.config
         transport = MemoryTransport(config.transport, plan.identity, network=self.network)
         gossip = Gossip(
-            transport, plan.identity, config.node.swarm_id, config.gossip, self.clock,
+            transport,
+            plan.identity,
+            config.node.swarm_id,
+            config.gossip,
+            self.clock,
             initial_seq=int(self.scheduler.now * 1_000_000),
         )
         rng = random.Random(derive(self.seed, "compute", plan.name, sn.incarnation))
         learner = TimedLearner(self._make_learner(plan), plan.compute, rng)
         node = Node(
-            config, gossip, learner, self.clock,
-            offload=self._offload, on_round=partial(self._on_round, sn), timer=self.clock.now,
+            config,
+            gossip,
+            learner,
+            self.clock,
+            offload=self._offload,
+            on_round=partial(self._on_round, sn),
+            timer=self.clock.now,
         )
         if resume:
             directory = node.resume()
@@ -386,7 +399,13 @@ class Simulation:
                 if fault.end_s is not None:
                     at(fault.end_s, self._heal, key)
             elif isinstance(fault, LeaveFault):
-                at(fault.at_s, self._leave, self.by_name[fault.node], fault.graceful, fault.rejoin_s)
+                at(
+                    fault.at_s,
+                    self._leave,
+                    self.by_name[fault.node],
+                    fault.graceful,
+                    fault.rejoin_s,
+                )
             elif isinstance(fault, ChurnFault):
                 churn_rng = random.Random(derive(self.seed, "churn", key))
                 count = max(1, round(fault.fraction * len(self.nodes)))
@@ -468,8 +487,10 @@ class Simulation:
         for schedule in self._pending:
             schedule()
         self._pending = []
+        sharing = shared_pure_work() if self.scenario.share_pure_work else nullcontext()
         try:
-            self.scheduler.run(stop=lambda: self._active <= 0)
+            with sharing:
+                self.scheduler.run(stop=lambda: self._active <= 0)
         finally:
             for sn in self.nodes:
                 if sn.online:
@@ -642,7 +663,9 @@ def run_scenario(
         if progress is not None:
             total = len(summary["nodes"]) * scenario.rounds
             progress(
-                Progress(label, number, len(plan), total, total, summary["virtual_s"], True, summary)
+                Progress(
+                    label, number, len(plan), total, total, summary["virtual_s"], True, summary
+                )
             )
     result = {
         "scenario": scenario.name,

@@ -149,9 +149,7 @@ class LinkModel:
 
     def connected(self, index: int) -> list[int]:
         """Online neighbours of `index` not cut off by a partition."""
-        return [
-            j for j in self.neighbors[index] if self.online[j] and not self._cut(index, j)
-        ]
+        return [j for j in self.neighbors[index] if self.online[j] and not self._cut(index, j)]
 
     # ---- moving messages -------------------------------------------------------------
 

@@ -79,11 +79,18 @@ def load_runs(directory: Path) -> list[RunData]:
         summary = json.loads(path.read_text())
         run = RunData(path.parent, str(summary["label"]), int(summary["seed"]), summary)
         for node in summary["nodes"]:
-            rewards, external = _per_round(read_metrics(path.parent / node["name"] / "metrics.jsonl"))
+            rewards, external = _per_round(
+                read_metrics(path.parent / node["name"] / "metrics.jsonl")
+            )
             run.nodes.append(
                 NodeRun(
-                    node["name"], node["group"], node["model"], int(node["local_groups"]),
-                    int(node["external_groups"]), rewards, external,
+                    node["name"],
+                    node["group"],
+                    node["model"],
+                    int(node["local_groups"]),
+                    int(node["external_groups"]),
+                    rewards,
+                    external,
                 )
             )
         runs.append(run)
@@ -192,9 +199,15 @@ def group_rows(runs: list[RunData]) -> list[dict[str, Any]]:
                 for r in group_runs
             ]
             model = next(n.model for n in group_runs[0].nodes if n.group == name)
-            rows.append({"label": label, "group": name, "model": model,
-                         "mean": statistics.fmean(totals),
-                         "std": statistics.stdev(totals) if len(totals) > 1 else 0.0})
+            rows.append(
+                {
+                    "label": label,
+                    "group": name,
+                    "model": model,
+                    "mean": statistics.fmean(totals),
+                    "std": statistics.stdev(totals) if len(totals) > 1 else 0.0,
+                }
+            )
     return rows
 
 
@@ -264,12 +277,13 @@ def plot_rewards(runs: list[RunData], path: Path) -> None:
         ax.set_title(f"{label} ({len(group)} seeds)")
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(labels):]:
+    for ax in axes.flat[len(labels) :]:
         ax.set_visible(False)
     axes[0][0].set_ylabel("reward per round (own samples)")
     axes[0][0].legend(loc="upper left")
-    fig.suptitle("Reward per round per node (thin: each node and seed; moving average)",
-                 fontsize=10)
+    fig.suptitle(
+        "Reward per round per node (thin: each node and seed; moving average)", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -250,6 +250,10 @@ class Scenario(StrictModel):
     """Each node publishes a hello this often, in virtual seconds (0: never)."""
     start_spread_s: float = Field(1.0, ge=0)
     """Nodes start their first round at random times in [0, start_spread_s)."""
+    share_pure_work: bool = False
+    """Simulator speed-up for protocol-scale runs: decode, verify and re-score each message
+    once for all its receivers (pure functions, so metrics are identical; see
+    `simnet.shared`)."""
     torch_threads: int = Field(1, ge=1, le=256)
     """torch intra-op threads for real models (1 keeps runs deterministic and cheap)."""
 
@@ -365,8 +369,13 @@ def _check_node_configs(scenario: Scenario, source: str) -> None:
     for variant in scenario.variant_list():
         for group in scenario.nodes:
             data = node_config_data(
-                scenario, variant, group, name=group.name, data_dir=Path("."),
-                model_seed=0, tasks_seed=0,
+                scenario,
+                variant,
+                group,
+                name=group.name,
+                data_dir=Path("."),
+                model_seed=0,
+                tasks_seed=0,
             )
             where = f"{source} (nodes {group.name!r}"
             where += f", variant {variant.name!r})" if variant else ")"

@@ -50,7 +50,11 @@ class StubLearner:
                 task.answer if rng.random() < self.skill else f"{task.answer}x"
                 for _ in range(self.group_size)
             )
-            rewards = tuple(score_group(task, list(completions), self.rewards))
+            # Rewards are a pure function of (task, completion): score each distinct
+            # completion (here at most two) once.
+            distinct = sorted(set(completions))
+            scores = dict(zip(distinct, score_group(task, distinct, self.rewards), strict=True))
+            rewards = tuple(scores[c] for c in completions)
             groups.append(LocalGroup(ref, task.prompt, completions, rewards))
         return SampleResult(groups, 0.0, 0.0)
 

@@ -9,6 +9,7 @@ GossipSub message carries at most ~1 MiB).
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import Any
 
@@ -39,6 +40,10 @@ def wait_mesh(peer: PeerProcess, *expected: str) -> None:
 
 
 def wait_received(receiver: PeerProcess, sender: PeerProcess, count: int) -> list[dict]:
+    # The sender reports "sent" after its publish returns, which may be after delivery.
+    sender.wait_until(
+        lambda _: len(sender.sent()) >= count, DELIVERY_TIMEOUT_S, f"{sender.name} to send {count}"
+    )
     receiver.wait_until(
         lambda _: len(receiver.received(sender.peer_id)) >= count,
         DELIVERY_TIMEOUT_S,
@@ -143,6 +148,22 @@ def test_limits_publish_errors_listen_addrs_and_fast_stop() -> None:
             assert time.monotonic() - t0 < 5.0
         with pytest.raises(ConnectionError):
             await transport.publish("swarm/x/peers", b"after stop")
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(transport.receive(), 1.0)
+
+    asyncio.run(main())
+
+
+def test_listen_failure_fails_start(free_tcp_port: int) -> None:
+    async def main() -> None:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", free_tcp_port))
+            busy.listen()
+            listen = f"/ip4/127.0.0.1/tcp/{free_tcp_port}"
+            transport = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())
+            with pytest.raises(OSError, match="could not listen"):
+                await transport.start()
+            assert transport.connected_peers() == []
 
     asyncio.run(main())
 
@@ -188,3 +209,48 @@ def test_two_in_process_transports_exchange_max_size_and_bursts() -> None:
             await b.stop()
 
     asyncio.run(main())
+
+
+def test_outbound_queue_bounds_bytes_and_reports_refusals_to_the_publisher() -> None:
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from gossip import libp2p as mod
+
+    queue = mod._BoundedPriorityQueue(max_size=100, max_bytes=250_000, peer="peer-x")
+    rpc = rpc_pb2.RPC(publish=[rpc_pb2.Message(data=b"x" * 100_000, topicIDs=["t"])])
+    assert queue.push(rpc) and queue.push(rpc)
+    assert queue.queued_bytes == 2 * rpc.ByteSize()
+    assert not queue.has_room(100_000)
+    refused: list[str] = []
+    token = mod._refused_rpcs.set(refused)
+    try:
+        assert not queue.push(rpc)  # a third would exceed 250 kB
+    finally:
+        mod._refused_rpcs.reset(token)
+    assert refused == ["peer-x"] and queue.refused == 1
+    assert queue.pop() is rpc and queue.pop() is rpc and queue.pop() is None
+    assert queue.queued_bytes == 0 and queue.has_room(100_000)
+
+
+def test_equivocation_memory_is_bounded_and_still_detects() -> None:
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from gossip import libp2p as mod
+
+    router = mod._SwarmGossipSub(
+        protocols=[PROTOCOL_ID_V11], degree=6, degree_low=4, degree_high=12
+    )
+
+    def msg(seq: int, data: bytes) -> rpc_pb2.Message:
+        return rpc_pb2.Message(
+            from_id=b"peer", seqno=seq.to_bytes(8, "big"), data=data, topicIDs=["t"]
+        )
+
+    assert router._check_equivocation(msg(1, b"a"))
+    assert router._check_equivocation(msg(1, b"a"))  # the same message again is fine
+    assert not router._check_equivocation(msg(1, b"b"))  # same seqno, other content
+    for seq in range(2, mod._EQUIVOCATION_MEMORY + 100):
+        router._check_equivocation(msg(seq, b"x" * 100))
+    assert len(router._digests) == mod._EQUIVOCATION_MEMORY
+    assert router.equivocation_detection == {}  # the library's whole-message store stays empty

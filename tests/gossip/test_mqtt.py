@@ -35,6 +35,10 @@ def mqtt_peer(spawn: Any, broker: Any, name: str, *extra: str) -> PeerProcess:
 
 
 def wait_received(receiver: PeerProcess, sender: PeerProcess, count: int) -> list[dict]:
+    # The sender reports "sent" after its publish returns, which may be after delivery.
+    sender.wait_until(
+        lambda _: len(sender.sent()) >= count, TIMEOUT_S, f"{sender.name} to send {count}"
+    )
     receiver.wait_until(
         lambda _: len(receiver.received(sender.peer_id)) >= count,
         TIMEOUT_S,
@@ -147,6 +151,8 @@ def test_publish_without_broker_raises_and_oversize_is_refused(
         assert up.connected_peers() == []
         with pytest.raises(ConnectionError):
             await up.publish("swarm/x/peers", b"after stop")
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(up.receive(), 1.0)
 
     asyncio.run(main())
 

@@ -189,9 +189,11 @@ def test_error_feedback_transmits_the_sum_of_deltas() -> None:
     plain_error = math.sqrt(
         sum(float((sum_plain[n] - sum_true[n]).pow(2).sum()) for n in shapes)
     ) / math.sqrt(sum(float(t.pow(2).sum()) for t in sum_true.values()))
-    # the residual stays bounded while the sum grows: the relative error shrinks
-    assert errors[-1] < errors[0] and errors[-1] < 0.15
-    assert plain_error > 0.5 and errors[-1] < plain_error / 4
+    print("relative error of the transmitted sum:", errors, "without feedback:", plain_error)
+    # the residual stays bounded while the sum grows: the relative error shrinks ~1/T
+    assert all(b < a for a, b in zip(errors, errors[1:], strict=False))
+    assert errors[-1] < errors[0] / 2
+    assert errors[-1] < plain_error / 2
 
 
 def test_compress_refuses_non_finite_and_decompress_wrong_shapes() -> None:

@@ -73,7 +73,7 @@ def test_awaiting_a_real_event_loop_future_fails_fast() -> None:
 
     try:
         Process(scheduler, body(), "p").start()
-        with pytest.raises(SimulationError, match="only VirtualClock.sleep"):
+        with pytest.raises(SimulationError, match=r"only VirtualClock\.sleep"):
             scheduler.run()
     finally:
         loop.close()

@@ -13,18 +13,21 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 
 
 def _metrics_bytes(run_dir: Path) -> dict[str, bytes]:
-    return {
-        p.parent.name: p.read_bytes() for p in sorted(run_dir.glob("*/metrics.jsonl"))
-    }
+    return {p.parent.name: p.read_bytes() for p in sorted(run_dir.glob("*/metrics.jsonl"))}
 
 
 def test_same_scenario_and_seed_give_byte_identical_metrics(tmp_path: Path) -> None:
     # The example has loss, reordering, random latency, a partition and a crash/rejoin.
     a = run_scenario(EXAMPLES / "stub_small.toml", tmp_path / "a", seeds=[0])
     b = run_scenario(EXAMPLES / "stub_small.toml", tmp_path / "b", seeds=[0])
-    first, second = _metrics_bytes(tmp_path / "a" / "seed-0"), _metrics_bytes(tmp_path / "b" / "seed-0")
+    first, second = (
+        _metrics_bytes(tmp_path / "a" / "seed-0"),
+        _metrics_bytes(tmp_path / "b" / "seed-0"),
+    )
     assert len(first) == 6 and first == second
-    assert (tmp_path / "a/seed-0/run.json").read_bytes() == (tmp_path / "b/seed-0/run.json").read_bytes()
+    assert (tmp_path / "a/seed-0/run.json").read_bytes() == (
+        tmp_path / "b/seed-0/run.json"
+    ).read_bytes()
     assert a["configurations"] == b["configurations"]
     other = run_scenario(EXAMPLES / "stub_small.toml", tmp_path / "c", seeds=[1])
     assert _metrics_bytes(tmp_path / "c" / "seed-1") != first
@@ -98,9 +101,7 @@ def test_crashed_node_rejoins_from_its_checkpoint(tmp_path: Path) -> None:
     lines = records(tmp_path, "n-3")
     rounds = [r["round"] for r in lines]
     # rounds after the checkpoint were lost with the crash and done again
-    assert rounds == list(range(1, crashed["rounds_done"] + 1)) + list(
-        range(checkpointed + 1, 21)
-    )
+    assert rounds == list(range(1, crashed["rounds_done"] + 1)) + list(range(checkpointed + 1, 21))
     assert node["policy_version"] == 20 and node["rounds_done"] == 20
     assert all(r["time"] < 32 or r["time"] > 50 for r in lines)
     after = [r for r in lines if r["time"] > 50]

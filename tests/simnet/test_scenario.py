@@ -41,7 +41,7 @@ def test_bad_node_config_override_names_the_node_group() -> None:
 def test_simnet_owned_fields_cannot_be_overridden() -> None:
     with pytest.raises(ConfigError, match="transport"):
         parse_scenario(_with(defaults={"transport": {"type": "memory"}}), "s.toml")
-    with pytest.raises(ConfigError, match="tasks.seed is set by simnet"):
+    with pytest.raises(ConfigError, match=r"tasks\.seed is set by simnet"):
         parse_scenario(_with(defaults={"tasks": {"seed": 3}}), "s.toml")
 
 

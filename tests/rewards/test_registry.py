@@ -1,0 +1,129 @@
+"""Rewards: extraction, correctness by name, format reward, time limits."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from rewards import registry
+from rewards.registry import (
+    extract_answer,
+    format_reward,
+    register_correctness,
+    reward_counters,
+    score,
+    score_group,
+)
+from rewards.tasks import Task, make_task
+from swarm.config.learning import RewardsConfig
+from swarm.messages import TaskRef
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer"),
+    [
+        ("7", "7"),
+        (" 7 \nrubbish", "7"),
+        ("", None),
+        ("\n7", None),
+        ("think... <answer> 12 </answer> more <answer>13</answer>", "13"),
+        ("<answer>\n5\n</answer>", "5"),
+        ("<answer>unclosed", "<answer>unclosed"),
+    ],
+)
+def test_extract_answer(completion: str, answer: str | None) -> None:
+    assert extract_answer(completion) == answer
+
+
+def _add_task() -> Task:
+    task = make_task(TaskRef("add", 0, 0))
+    assert task.prompt == "4+7=" and task.answer == "11"
+    return task
+
+
+def test_exact_and_source_correctness_on_builtin() -> None:
+    task = _add_task()
+    for name in ("exact", "source"):
+        cfg = RewardsConfig(correctness=name)
+        assert score(task, "11", cfg) == 1.0
+        assert score(task, "11\n3+3=6", cfg) == 1.0
+        assert score(task, "1", cfg) == 0.0
+        assert score(task, "111", cfg) == 0.0
+        assert score(task, "", cfg) == 0.0
+    assert score_group(task, ["11", "2", "11"], RewardsConfig()) == [1.0, 0.0, 1.0]
+
+
+def test_numeric_correctness() -> None:
+    task = _add_task()
+    cfg = RewardsConfig(correctness="numeric")
+    assert score(task, "11.0", cfg) == 1.0
+    assert score(task, "eleven", cfg) == 0.0
+
+
+def test_format_reward_is_added_with_its_weight() -> None:
+    task = _add_task()
+    cfg = RewardsConfig(format_weight=0.5)
+    assert format_reward(task, "3") == 1.0
+    assert format_reward(task, "3a") == 0.0
+    assert score(task, "11", cfg) == 1.5
+    assert score(task, "12", cfg) == 0.5
+    assert score(task, "x", cfg) == 0.0
+
+
+def test_reasoning_gym_scored_by_its_own_scorer_through_the_registry() -> None:
+    task = make_task(TaskRef("rg:basic_arithmetic", 0, 1))
+    cfg = RewardsConfig()
+    assert score(task, f"work...\n<answer>{task.answer}</answer>", cfg) == 1.0
+    assert score(task, "<answer>definitely wrong</answer>", cfg) == 0.0
+    assert score(task, f"<answer>{task.answer}</answer>", RewardsConfig(correctness="exact")) == 1.0
+
+
+def test_unknown_correctness_name() -> None:
+    with pytest.raises(KeyError, match="exact"):
+        score(_add_task(), "11", RewardsConfig(correctness="nope"))
+
+
+def test_slow_reward_times_out_scores_zero_and_is_counted() -> None:
+    release = threading.Event()
+
+    def hang(source: object, task: Task, answer: str) -> float:
+        release.wait(5)
+        return 1.0
+
+    name = "test-hang"
+    if name not in registry.CORRECTNESS:
+        register_correctness(name, hang, slow=True, doc="hangs until released")
+    before = reward_counters()["timeouts"]
+    started = time.perf_counter()
+    value = score(_add_task(), "11", RewardsConfig(correctness=name, timeout_s=0.05))
+    elapsed = time.perf_counter() - started
+    release.set()
+    assert value == 0.0
+    assert elapsed < 1.0
+    assert reward_counters()["timeouts"] == before + 1
+
+
+def test_raising_reward_scores_zero_and_is_counted() -> None:
+    def boom(source: object, task: Task, answer: str) -> float:
+        raise RuntimeError("scorer bug")
+
+    for name, slow in (("test-boom-slow", True), ("test-boom-fast", False)):
+        if name not in registry.CORRECTNESS:
+            register_correctness(name, boom, slow=slow, doc="raises")
+        before = reward_counters()["errors"]
+        assert score(_add_task(), "11", RewardsConfig(correctness=name)) == 0.0
+        assert reward_counters()["errors"] == before + 1
+
+
+def test_non_finite_reward_scores_zero() -> None:
+    name = "test-nan"
+    if name not in registry.CORRECTNESS:
+        register_correctness(name, lambda s, t, a: float("nan"), slow=False, doc="nan")
+    assert score(_add_task(), "11", RewardsConfig(correctness=name)) == 0.0
+
+
+def test_duplicate_registration_refused() -> None:
+    with pytest.raises(ValueError):
+        register_correctness("exact", lambda s, t, a: 1.0, slow=False, doc="dup")

@@ -6,9 +6,9 @@ Usage: .venv/bin/python benchmarks/simnet_scale.py [--nodes 10 100 1000] [--roun
 Each node is a real `Node` + `Gossip` (Ed25519 signing and verification, msgpack
 codec, local re-scoring, the rollout pool) with the stub learner, on a mesh where each
 node has about `degree` links and rollout batches travel `max-hops` hops (relayed once
-per node, deduplicated). Per swarm size it prints: wall and CPU time (build + run); link bytes sent
-per node per round (every transmission, relays included) and the node's own published
-bytes; how many nodes one rollout batch reaches; rounds until 95% of nodes have seen a
+per node, deduplicated). Per swarm size it prints: wall and CPU time (build + run); link
+bytes sent per node per round (every transmission, relays included) and the node's own
+published bytes; how many nodes one rollout batch reaches; rounds until 95% of nodes have seen a
 message (hellos flooded from 3 nodes at rounds 10, 40 and 70, in units of the mean round
 time); external groups trained per round; and the swarm round at the end (the Lamport
 clock runs ahead of the per-node round count).

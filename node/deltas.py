@@ -12,6 +12,8 @@ Only what the node trains itself is shared. The exchange keeps `theta_last_share
 - A merge adds `mixing_weight * aggregate(peer deltas)` to the parameters and adds the
   change it actually made to `theta_last_shared` as well, so the next share does not
   echo peers' deltas back to them as ours: each share is this node's own training only.
+  Merge at share steps (`due`), not every round: the robust statistics need several
+  peers' packets at once (a merge of one packet is just that packet, clipped).
 
 Peer packets (`receive`) are refused by raising `node.rescore.Refused(reason)`:
 `wrong_family`, `stale` (beyond `max_staleness`, or older than the packet already held
@@ -19,6 +21,10 @@ from that sender; not the sender's fault), `pending_full` (not the sender's faul
 or the codec's `bad_delta` / `wrong_shape` / `non_finite`. At most one packet per
 sender is held (the latest round); pending packets are dropped at each merge, used or
 not, and are not checkpointed.
+
+Threads: `receive` may run on the event loop while `merge_into` runs in a worker thread
+(the pending map is swapped out in one rebinding); `maybe_make_packet`, `merge_into` and
+training change or read the parameters and must not overlap one another.
 
 A node whose every peer sends poison keeps training: NaN/Inf packets are refused at the
 codec, and finite poison is bounded by norm clipping (capped by this node's own update
@@ -37,7 +43,7 @@ from torch import Tensor
 
 from node.rescore import Refused
 from policy.aggregation import AggregateStats, aggregate_with_stats, global_norm
-from policy.compression import ENCODINGS, CompressedDelta, bytes_of, compress, decompress
+from policy.compression import ENCODINGS, CompressedDelta, compress, decompress
 from policy.delta_codec import DeltaCodecError, decode_packet, encode_packet
 from swarm.config.deltas import DeltasConfig
 from swarm.messages import DeltaPacket
@@ -160,7 +166,7 @@ class DeltaExchange:
             base_version=base,
             encoding=compressed.encoding,
             tensors=tensors,
-            meta={"version": str(step), "payload_bytes": str(bytes_of(compressed))},
+            meta={"version": str(step)},
         )
 
     # ---- receiving -------------------------------------------------------------------
@@ -195,8 +201,8 @@ class DeltaExchange:
         """Apply `mixing_weight * robust_aggregate(pending)` to `params` in place (those
         beyond `max_staleness` of `own_round` are skipped); clear the pending packets."""
         self._check_names(params)
-        held = list(self.pending.values())
-        self.pending.clear()
+        pending, self.pending = self.pending, {}  # one rebinding: safe against `receive`
+        held = list(pending.values())
         fresh = [
             p for p in held if own_round is None or own_round - p.round <= self.config.max_staleness
         ]
@@ -251,6 +257,19 @@ class DeltaExchange:
         own = float(state[_OWN_NORM][0])
         self._own_norm = None if own < 0 else own
         self.pending.clear()
+
+    def rebase(self, params: Mapping[str, Tensor], step: int) -> None:
+        """Start afresh from `params` at `step`: `theta_last_shared = params`, zero
+        residual, nothing pending. For a resume from a checkpoint without delta state (the
+        snapshot taken at construction would otherwise make the first share carry all
+        training since then)."""
+        self._check_names(params)
+        for name, last in self._last_shared.items():
+            last.copy_(params[name].detach())
+            self._residual[name].zero_()
+        self._last_step = step
+        self._own_norm = None
+        self.pending = {}
 
     # ---- helpers ---------------------------------------------------------------------
 

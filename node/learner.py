@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from swarm.messages import RolloutGroup, TaskRef
+from swarm.messages import DeltaPacket, RolloutGroup, TaskRef
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,14 @@ class Learner(Protocol):
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult: ...
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult: ...
+
+    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+        """Hold a peer's delta for the next merge, or raise node.rescore.Refused."""
+        ...
+
+    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
+        """Every K steps: our packet to publish and the merge stats; (None, None) if not due."""
+        ...
 
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
         """Write an atomic checkpoint directory holding the learner state and `manifest`."""

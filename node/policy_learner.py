@@ -14,16 +14,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from policy.checkpoint import load_checkpoint, save_checkpoint
 
+from node.deltas import DeltaExchange, model_params
 from node.learner import ExternalGroup, LocalGroup, SampleResult, TrainResult
+from node.rescore import Refused
+from policy.checkpoint import (
+    load_checkpoint,
+    restore_rng_state,
+    rng_state_tensors,
+    save_checkpoint,
+)
 from policy.loading import load_policy_model, model_family, resolve_device
 from policy.sampler import SamplingParams, make_sampler
 from policy.trainer import Trainer, TrainGroup
 from rewards.registry import score_group
 from rewards.tasks import make_task
 from swarm.config import NodeConfig
-from swarm.messages import TaskRef
+from swarm.messages import DeltaPacket, TaskRef
 
 
 class PolicyLearner:
@@ -33,11 +40,20 @@ class PolicyLearner:
         self.model_id = config.model.name_or_path
         self.model_family = model_family(self.model)
         self.device = resolve_device(config.model.device)
-        self.trainer = Trainer(self.model, self.tokenizer, config.train, self.device)
+        self.trainer = Trainer(
+            self.model, self.tokenizer, config.train, self.device, config.sampler
+        )
         self.sampler = make_sampler(config.sampler, self.model, self.tokenizer, config.model)
         self.params = SamplingParams.from_config(config.sampler)
         self.group_size = config.sampler.group_size
         self.rewards_config = config.rewards
+        self.deltas = (
+            DeltaExchange(
+                config.deltas, self.model_family, model_params(self.model), self.policy_version
+            )
+            if config.deltas.enabled
+            else None
+        )
 
     @property
     def policy_version(self) -> int:
@@ -93,8 +109,25 @@ class PolicyLearner:
         self.sampler.update_weights(self.trainer.state_dict_for_sampler())
         return TrainResult(stats.as_dict(), time.perf_counter() - start)
 
+    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+        if self.deltas is None:
+            raise Refused("deltas_disabled")
+        self.deltas.receive(sender, round, packet, own_round)
+
+    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
+        if self.deltas is None or not self.deltas.due(self.policy_version):
+            return None, None
+        params = model_params(self.model)
+        packet = self.deltas.maybe_make_packet(self.policy_version, params)
+        stats = self.deltas.merge_into(params, own_round)
+        if stats.applied_norm > 0:
+            self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+        return packet, {**stats.as_dict(), "bytes_out": len(packet.tensors) if packet else 0}
+
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
-        rng = {"torch_rng": torch.get_rng_state()}
+        rng = rng_state_tensors()
+        if self.deltas is not None:
+            rng.update({"deltas/" + k: v for k, v in self.deltas.state_tensors().items()})
         save_checkpoint(
             directory,
             self.model,
@@ -105,8 +138,15 @@ class PolicyLearner:
 
     def load(self, directory: Path) -> dict[str, Any]:
         manifest, extra = load_checkpoint(directory, self.model, self.trainer.optimizer)
-        if "torch_rng" in extra:
-            torch.set_rng_state(extra["torch_rng"])
+        restore_rng_state(extra)
+        if self.deltas is not None:
+            state = {
+                k.removeprefix("deltas/"): v for k, v in extra.items() if k.startswith("deltas/")
+            }
+            if state:
+                self.deltas.load_state_tensors(state)
+            else:
+                self.deltas.rebase(model_params(self.model), self.policy_version)
         self.trainer.policy_version = int(manifest["policy_version"])
         self.sampler.update_weights(self.trainer.state_dict_for_sampler())
         return manifest

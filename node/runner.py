@@ -34,13 +34,14 @@ from node.supervise import supervise
 from rewards.mixture import TaskStream
 from swarm.clock import Clock, SwarmRound
 from swarm.config import NodeConfig
-from swarm.messages import Hello, RolloutBatch
-from swarm.transport import peers_topic, rollouts_topic
+from swarm.messages import DeltaPacket, Hello, RolloutBatch
+from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
 log = logging.getLogger("swarm.node")
 
 Offload = Callable[..., Awaitable[Any]]
 ANNOUNCE_EVERY_S = 5.0
+NOT_THE_PEERS_FAULT = frozenset({"zero_variance", "stale", "pending_full", "deltas_disabled"})
 
 
 @dataclass
@@ -99,43 +100,52 @@ class Node:
         self.stop_requested = asyncio.Event()
         self._rollouts_topic = rollouts_topic(config.node.swarm_id)
         self._peers_topic = peers_topic(config.node.swarm_id)
+        self._deltas_topic = (
+            deltas_topic(config.node.swarm_id, learner.model_family)
+            if config.deltas.enabled
+            else None
+        )
         self._metrics: MetricsWriter | None = None
         self._wait_s = 0.0
 
     # ---- lifecycle -------------------------------------------------------------------
 
     def resume(self) -> Path | None:
-        """Load the newest valid checkpoint, if any; return its directory."""
-        directory = checkpoints.latest_valid(self.data_dir)
-        if directory is None:
-            return None
-        manifest = self.learner.load(directory)
-        state = manifest["node"]
-        self.rounds_done = int(state["rounds_done"])
-        self.swarm_round.value = int(state["swarm_round"])
-        self.tasks.load_state_dict(state["tasks"])
-        self.pool.load_state_dict(state["pool"])
-        log.info("resumed from %s (round %d)", directory, self.rounds_done)
-        return directory
+        """Load the newest checkpoint that loads cleanly, if any; return its directory."""
+        for directory in checkpoints.valid_newest_first(self.data_dir):
+            state = checkpoints.read_node_state(directory)
+            assert state is not None
+            try:
+                self.learner.load(directory)
+            except (ValueError, OSError) as exc:  # torn or foreign learner files
+                log.warning("skipping checkpoint %s: %s", directory, exc)
+                continue
+            self.rounds_done = int(state["rounds_done"])
+            self.swarm_round.value = int(state["swarm_round"])
+            self.tasks.load_state_dict(state["tasks"])
+            self.pool.load_state_dict(state["pool"])
+            log.info("resumed from %s (round %d)", directory, self.rounds_done)
+            return directory
+        return None
 
-    def _manifest(self) -> dict[str, Any]:
+    def _node_state(self) -> dict[str, Any]:
         return {
-            "node": {
-                "rounds_done": self.rounds_done,
-                "swarm_round": self.swarm_round.value,
-                "tasks": self.tasks.state_dict(),
-                "pool": self.pool.state_dict(),
-                "peer_id": self.gossip.identity.peer_id,
-                "model_id": self.learner.model_id,
-                "model_family": self.learner.model_family,
-            }
+            "rounds_done": self.rounds_done,
+            "swarm_round": self.swarm_round.value,
+            "tasks": self.tasks.state_dict(),
+            "pool": self.pool.state_dict(),
+            "peer_id": self.gossip.identity.peer_id,
+            "model_id": self.learner.model_id,
+            "model_family": self.learner.model_family,
         }
 
     async def checkpoint(self) -> Path:
         """Write a checkpoint of the current round (off the event loop), keep the newest."""
         directory = checkpoints.checkpoint_dir(self.data_dir, self.rounds_done)
-        if not directory.exists():
-            await self.offload(self.learner.save, directory, self._manifest())
+        if not checkpoints.is_valid(directory):
+            state = self._node_state()
+            await self.offload(self.learner.save, directory, {"rounds_done": self.rounds_done})
+            checkpoints.write_node_state(directory, state)
         checkpoints.prune(self.data_dir)
         return directory
 
@@ -156,6 +166,8 @@ class Node:
         await self.gossip.start()
         await self.gossip.subscribe(self._rollouts_topic)
         await self.gossip.subscribe(self._peers_topic)
+        if self._deltas_topic is not None:
+            await self.gossip.subscribe(self._deltas_topic)
         if on_started is not None:
             on_started()
         self._metrics = MetricsWriter(self.data_dir / "metrics.jsonl")
@@ -206,12 +218,19 @@ class Node:
                     envelope.sender, envelope.round, group, rescored.rewards, self.swarm_round.value
                 ):
                     self._drop("stale", None)
+        elif isinstance(message, DeltaPacket):
+            try:
+                self.learner.receive_delta(
+                    envelope.sender, envelope.round, message, self.swarm_round.value
+                )
+            except Refused as refused:
+                self._drop(refused.reason, envelope.sender)
         else:
             self._drop(f"unexpected_kind_{message.KIND}", envelope.sender)
 
     def _drop(self, reason: str, sender: str | None) -> None:
         self.drops[reason] += 1
-        if sender is not None and reason not in ("zero_variance", "stale"):
+        if sender is not None and reason not in NOT_THE_PEERS_FAULT:
             self.peer_faults[sender] += 1
 
     async def _announce_loop(self) -> None:
@@ -258,6 +277,15 @@ class Node:
             ExternalGroup(e.sender, e.group.prompt, e.group.completions, e.rewards) for e in chosen
         ]
         trained = await self.offload(self.learner.train, sampled.groups, external)
+        deltas_record = None
+        delta_start = self.timer()
+        if self._deltas_topic is not None:
+            packet, deltas_record = await self.offload(
+                self.learner.share_deltas, self.swarm_round.value
+            )
+            if packet is not None:
+                await self.gossip.publish(self._deltas_topic, packet, self.swarm_round.value)
+        delta_s = self.timer() - delta_start
         self.swarm_round.tick()
         self.rounds_done += 1
         checkpoint_start = self.timer()
@@ -268,7 +296,7 @@ class Node:
         local_rewards = [r for g in sampled.groups for r in g.rewards]
         external_rewards = [r for e in external for r in e.rewards]
         total_s = self.timer() - start
-        work_s = sampled.sample_s + sampled.score_s + trained.train_s + checkpoint_s
+        work_s = sampled.sample_s + sampled.score_s + trained.train_s + checkpoint_s + delta_s
         counters = self.gossip.counters.snapshot()
         record: dict[str, Any] = {
             "round": self.rounds_done,
@@ -294,10 +322,12 @@ class Node:
                 "train": round(trained.train_s, 4),
                 "publish": round(publish_s, 4),
                 "checkpoint": round(checkpoint_s, 4),
+                "deltas": round(delta_s, 4),
                 "other": round(max(total_s - work_s - publish_s, 0.0), 4),
                 "total": round(total_s, 4),
             },
             "train": trained.stats,
+            "deltas": deltas_record,
         }
         if self._metrics is not None:
             self._metrics.write(record)

@@ -31,6 +31,7 @@ from policy.compression import (
     DENSE_FP16,
     ENCODINGS,
     MAX_CHUNK_SIZE,
+    MIN_CHUNK_SIZE,
     TOPK,
     VALUE_BITS,
     CompressedDelta,
@@ -204,7 +205,11 @@ def _from_container(meta: dict[str, str], tensors: dict[str, torch.Tensor]) -> C
     if encoding == DENSE_FP16:
         if (chunk_size, k, bits) != (0, 0, 16):
             raise _bad("dense deltas carry chunk_size 0, k 0, bits 16")
-    elif not (1 <= chunk_size <= MAX_CHUNK_SIZE and 1 <= k <= chunk_size and bits in VALUE_BITS):
+    elif not (
+        MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE
+        and 1 <= k <= chunk_size
+        and bits in VALUE_BITS
+    ):
         raise _bad("chunk_size, k or bits out of range")
     return CompressedDelta(encoding, meta["layout"], numel, chunk_size, k, bits, tensors)
 

@@ -107,7 +107,8 @@ class TimedLearner:
 
     Sampling takes `sample_s_per_group` per local group; training takes
     `train_s_per_group` per group trained plus `round_overhead_s`; each scaled by a
-    jitter factor from the node's own seeded RNG.
+    jitter factor from the node's own seeded RNG. A measured `seconds` in the training
+    stats (the real trainer's wall time) is replaced by the modeled one.
     """
 
     def __init__(self, inner: Learner, compute: ComputeSpec, rng: random.Random) -> None:
@@ -134,7 +135,11 @@ class TimedLearner:
         result = self.inner.train(local, external)
         groups = len(local) + len(external)
         seconds = groups * self.compute.train_s_per_group + self.compute.round_overhead_s
-        return TrainResult(result.stats, seconds * self._factor())
+        seconds *= self._factor()
+        stats = dict(result.stats)
+        if "seconds" in stats:  # a measured wall time would break determinism
+            stats["seconds"] = round(seconds, 4)
+        return TrainResult(stats, seconds)
 
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
         self.inner.save(directory, manifest)

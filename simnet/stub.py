@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from node.learner import ExternalGroup, LocalGroup, SampleResult, TrainResult
+from node.rescore import Refused
 from rewards.registry import score_group
 from rewards.tasks import make_task
 from swarm.config import RewardsConfig
-from swarm.messages import TaskRef
+from swarm.messages import DeltaPacket, TaskRef
 
 
 class StubLearner:
@@ -65,13 +66,19 @@ class StubLearner:
         self._version += 1
         return TrainResult({"informative_groups": informative, "skill": round(self.skill, 6)}, 0.0)
 
+    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+        raise Refused("deltas_disabled")
+
+    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
+        return None, None
+
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
         tmp = directory.parent / f".tmp-{directory.name}"
         tmp.mkdir(parents=True, exist_ok=True)
         state = {"skill": self.skill, "version": self._version}
         (tmp / "stub.json").write_text(json.dumps(state))
         with (tmp / "manifest.json").open("w") as f:
-            json.dump({**manifest, "complete": True}, f)
+            json.dump(manifest, f)
             f.flush()
             os.fsync(f.fileno())
         tmp.rename(directory)

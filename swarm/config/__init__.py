@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from swarm.config.base import StrictModel
+from swarm.config.deltas import DeltasConfig
 from swarm.config.learning import (
     ModelConfig,
     RewardsConfig,
@@ -35,6 +36,7 @@ from swarm.config.node import NodeSection, SapoConfig
 from swarm.errors import ConfigError
 
 __all__ = [
+    "DeltasConfig",
     "GossipConfig",
     "Libp2pTransportConfig",
     "MemoryTransportConfig",
@@ -74,6 +76,8 @@ class NodeConfig(StrictModel):
     """Which verifiable tasks this node samples."""
     rewards: RewardsConfig = RewardsConfig()
     """How completions are scored."""
+    deltas: DeltasConfig = DeltasConfig()
+    """Compressed weight-delta sharing within one model family (off by default)."""
 
 
 def _allowed_hint(error: dict[str, Any]) -> str:

@@ -271,6 +271,18 @@ def test_checkpoint_state_round_trip() -> None:
         restored.load_state_tensors(bad)
 
 
+def test_rebase_starts_afresh_from_the_given_weights() -> None:
+    params, ex = _node()
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(5):
+        _step(params, gen)
+    ex.rebase(params, 5)  # e.g. resumed at version 5 from a checkpoint without delta state
+    assert ex.maybe_make_packet(6, params) is None
+    packet = ex.maybe_make_packet(7, params)
+    assert packet is not None and packet.base_version == 5
+    assert global_norm(_sent(packet, ex.shapes)) == 0.0  # nothing trained since the rebase
+
+
 def test_error_feedback_carries_each_nodes_learning_to_the_other() -> None:
     """Node a learns only the first half of a target, node b only the second half.
     Sharing 1/16 of each chunk per round (with error feedback) gives both nodes all of it."""

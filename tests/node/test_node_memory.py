@@ -71,5 +71,5 @@ def test_torn_checkpoint_is_ignored(tmp_path: Path) -> None:
     asyncio.run(node.run(5))
     torn = checkpoints.checkpoint_dir(Path(config.node.data_dir), 99)
     torn.mkdir(parents=True)
-    (torn / "manifest.json").write_text('{"complete": tr')
+    (torn / "node.json").write_text('{"rounds_done": 9')
     assert checkpoints.latest_valid(Path(config.node.data_dir)).name == "round-00000005"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -83,11 +84,13 @@ def test_rice_parameter_and_k() -> None:
 
 
 def test_layout_chunks_each_tensor_separately() -> None:
-    layout = make_layout({"a": (10,), "b": (4, 5)}, chunk_size=8, k=2)
-    assert layout.chunk_start.tolist() == [0, 8, 10, 18, 26]
-    assert layout.chunk_len.tolist() == [8, 2, 8, 8, 4]
-    assert layout.chunk_k.tolist() == [2, 1, 2, 2, 1]
-    assert layout.n_selected == 8
+    layout = make_layout({"a": (80,), "b": (4, 40), "c": (1,)}, chunk_size=64, k=16)
+    assert layout.chunk_start.tolist() == [0, 64, 80, 144, 208, 240]
+    assert layout.chunk_len.tolist() == [64, 16, 64, 64, 32, 1]
+    assert layout.chunk_k.tolist() == [16, 4, 16, 16, 8, 1]
+    assert layout.n_selected == 61
+    with pytest.raises(ValueError, match="chunk_size"):
+        make_layout({"a": (80,)}, chunk_size=8, k=2)  # tiny chunks: too many scales
 
 
 def test_dense_fp16_error_is_fp16_rounding() -> None:
@@ -191,7 +194,7 @@ def test_error_feedback_transmits_the_sum_of_deltas() -> None:
     ) / math.sqrt(sum(float(t.pow(2).sum()) for t in sum_true.values()))
     print("relative error of the transmitted sum:", errors, "without feedback:", plain_error)
     # the residual stays bounded while the sum grows: the relative error shrinks ~1/T
-    assert all(b < a for a, b in zip(errors, errors[1:], strict=False))
+    assert all(b < a for a, b in itertools.pairwise(errors))
     assert errors[-1] < errors[0] / 2
     assert errors[-1] < plain_error / 2
 

@@ -131,6 +131,7 @@ def test_bad_metadata_is_refused() -> None:
     assert _reason(encode_packet(replace(compressed, k=0))) == "bad_delta"
     assert _reason(encode_packet(replace(compressed, bits=5))) == "bad_delta"
     assert _reason(encode_packet(replace(compressed, chunk_size=1 << 21))) == "bad_delta"
+    assert _reason(encode_packet(replace(compressed, chunk_size=1, k=1))) == "bad_delta"
     arrays = {k: v.contiguous() for k, v in compressed.arrays.items()}
     extra_meta = save_safetensors(arrays, metadata={"format": "swarm-delta/1", "x": "1"})
     assert _reason(extra_meta) == "bad_delta"

@@ -168,3 +168,23 @@ def test_mesh_relays_deduplicated_and_hop_limited(tmp_path: Path) -> None:
     summary = Simulation(limited, None, 0, tmp_path / "limited").run()
     assert summary["network"]["mean_reach"]["swarm/t/rollouts"] <= 4.0
     assert summary["external_per_round"] > 0.5
+
+
+def test_shared_pure_work_changes_nothing_but_speed(tmp_path: Path) -> None:
+    faults = [{"type": "churn", "fraction": 0.5, "start_s": 10, "end_s": 30, "down_s": 8}]
+    network = {"topology": "mesh", "degree": 4, "loss": 0.05}
+    nodes = [{"name": "n", "count": 8, "model": "stub"}]
+    plain = scenario(rounds=10, checkpoint_every=3, faults=faults, network=network, nodes=nodes)
+    shared = scenario(
+        rounds=10,
+        checkpoint_every=3,
+        faults=faults,
+        network=network,
+        nodes=nodes,
+        share_pure_work=True,
+    )
+    a = Simulation(plain, None, 3, tmp_path / "a").run()
+    b = Simulation(shared, None, 3, tmp_path / "b").run()
+    assert [e["event"] for e in a["events"]].count("crashed") == 4
+    assert _metrics_bytes(tmp_path / "a") == _metrics_bytes(tmp_path / "b")
+    assert a == b

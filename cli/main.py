@@ -285,7 +285,7 @@ def peers(
 @user_errors
 def demo(
     nodes: Annotated[int, typer.Option(help="How many local nodes.")] = 3,
-    rounds: Annotated[int, typer.Option(help="Rounds per node.")] = 40,
+    rounds: Annotated[int, typer.Option(help="Rounds per node.")] = 80,
     out: Annotated[Path, typer.Option(help="Where the demo nodes keep their data.")] = Path(
         "runs/demo"
     ),

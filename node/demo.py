@@ -37,7 +37,8 @@ def free_port() -> int:
 def demo_config(
     index: int, out: Path, port: int, bootstrap: list[str], rounds: int
 ) -> dict[str, Any]:
-    """The demo node's config: tiny model, 1-digit addition, SAPO 4 local / 4 external."""
+    """The demo node's config: tiny model from scratch on the `digit` task (echo a digit:
+    it must learn to read its prompt, answer and stop), SAPO 4 local / 4 external."""
     return {
         "node": {
             "name": f"node-{index}",
@@ -51,7 +52,10 @@ def demo_config(
             "bootstrap": bootstrap,
         },
         "model": {"name_or_path": "builtin:tiny", "seed": index},
-        "tasks": {"seed": 1000 + index, "mixture": [{"source": "add", "weight": 1.0}]},
+        "tasks": {"seed": 1000 + index, "mixture": [{"source": "digit", "weight": 1.0}]},
+        "sampler": {"group_size": 8, "max_new_tokens": 2},
+        "train": {"learning_rate": 3e-4},
+        "rewards": {"format_weight": 0.5},
         "sapo": {"local_groups": 4, "external_groups": 4, "max_staleness": 2},
     }
 

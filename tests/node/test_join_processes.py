@@ -106,7 +106,10 @@ def test_sigkill_then_resume_continues(tmp_path: Path) -> None:
     assert f"at round {resumed_round}" in log.read_text()
     after = read_metrics(data / "metrics.jsonl")[len(before) :]
     assert [r["round"] for r in after] == [resumed_round + 1, resumed_round + 2, resumed_round + 3]
-    assert after[0]["policy_version"] == resumed_round + 1
+    version_at_checkpoint = before[resumed_round - 1]["policy_version"]
+    # A round steps the optimizer once, or not at all if no group carried signal.
+    assert version_at_checkpoint <= after[0]["policy_version"] <= version_at_checkpoint + 1
+    assert after[0]["swarm_round"] > before[resumed_round - 1]["swarm_round"]
     assert json.loads(
         (data / "checkpoints" / f"round-{resumed_round + 3:08d}" / "manifest.json").read_text()
     )

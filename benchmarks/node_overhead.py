@@ -81,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=170)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         console.print(f"silo node, {args.rounds} rounds ...")

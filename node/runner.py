@@ -266,26 +266,44 @@ class Node:
                 for g in sampled.groups
             )
         )
-        publish_start = self.timer()
-        if batch.groups:
-            await self.gossip.publish(self._rollouts_topic, batch, self.swarm_round.value)
-        publish_s = self.timer() - publish_start
-
-        own_round = self.swarm_round.value
-        chosen = self.pool.select(sapo.external_groups, own_round) if sapo.external_groups else []
-        external = [
-            ExternalGroup(e.sender, e.group.prompt, e.group.completions, e.rewards) for e in chosen
-        ]
-        trained = await self.offload(self.learner.train, sampled.groups, external)
-        deltas_record = None
-        delta_start = self.timer()
-        if self._deltas_topic is not None:
-            packet, deltas_record = await self.offload(
-                self.learner.share_deltas, self.swarm_round.value
+        # Publishing overlaps training: peers get our groups sooner and the round is not
+        # held up by the network. It is awaited before the round ends (errors surface).
+        publish_task = (
+            asyncio.create_task(
+                self.gossip.publish(self._rollouts_topic, batch, self.swarm_round.value),
+                name="publish",
             )
-            if packet is not None:
-                await self.gossip.publish(self._deltas_topic, packet, self.swarm_round.value)
-        delta_s = self.timer() - delta_start
+            if batch.groups
+            else None
+        )
+
+        try:
+            own_round = self.swarm_round.value
+            chosen = (
+                self.pool.select(sapo.external_groups, own_round) if sapo.external_groups else []
+            )
+            external = [
+                ExternalGroup(e.sender, e.group.prompt, e.group.completions, e.rewards)
+                for e in chosen
+            ]
+            trained = await self.offload(self.learner.train, sampled.groups, external)
+            deltas_record = None
+            delta_start = self.timer()
+            if self._deltas_topic is not None:
+                packet, deltas_record = await self.offload(
+                    self.learner.share_deltas, self.swarm_round.value
+                )
+                if packet is not None:
+                    await self.gossip.publish(self._deltas_topic, packet, self.swarm_round.value)
+            delta_s = self.timer() - delta_start
+        except BaseException:
+            if publish_task is not None:
+                publish_task.cancel()
+            raise
+        publish_start = self.timer()
+        if publish_task is not None:
+            await publish_task
+        publish_s = self.timer() - publish_start  # only the part not hidden behind training
         self.swarm_round.tick()
         self.rounds_done += 1
         checkpoint_start = self.timer()

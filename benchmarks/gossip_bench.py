@@ -78,9 +78,7 @@ def bench_processes(
             return got >= last - first
 
         receiver.wait_until(arrived, TIMEOUT_S, f"{count} x {label}")
-        t_end = max(
-            e["t"] for e in receiver.received(sender.peer_id) if first <= e["index"] < last
-        )
+        t_end = max(e["t"] for e in receiver.received(sender.peer_id) if first <= e["index"] < last)
         rows.append(row(transport, label, count, size, t_end - t0))
         start_index += 100_000
     stats = receiver.request("stats", "stats")

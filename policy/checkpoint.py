@@ -21,7 +21,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -111,8 +110,11 @@ def _optimizer_parts(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.
 
 
 def save_checkpoint(
-    directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-    extra_tensors: dict[str, torch.Tensor], manifest: dict[str, Any],
+    directory: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra_tensors: dict[str, torch.Tensor],
+    manifest: dict[str, Any],
 ) -> None:
     """Write a checkpoint atomically at `directory` (see the module docstring)."""
     directory = Path(directory)
@@ -247,7 +249,9 @@ def rng_state_tensors() -> dict[str, torch.Tensor]:
     version, internal, gauss = random.getstate()
     out = {
         "rng.python": torch.tensor([version, *internal], dtype=torch.int64),
-        "rng.python_gauss": torch.tensor([float("nan") if gauss is None else gauss], dtype=torch.float64),
+        "rng.python_gauss": torch.tensor(
+            [float("nan") if gauss is None else gauss], dtype=torch.float64
+        ),
         "rng.torch": torch.random.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -259,10 +263,19 @@ def restore_rng_state(tensors: dict[str, torch.Tensor]) -> None:
     """Inverse of `rng_state_tensors` (keys that are absent are left alone)."""
     if "rng.python" in tensors:
         values = [int(v) for v in tensors["rng.python"].tolist()]
-        gauss = float(tensors["rng.python_gauss"][0]) if "rng.python_gauss" in tensors else float("nan")
+        gauss = (
+            float(tensors["rng.python_gauss"][0]) if "rng.python_gauss" in tensors else float("nan")
+        )
         random.setstate((values[0], tuple(values[1:]), None if gauss != gauss else gauss))
     if "rng.torch" in tensors:
         torch.random.set_rng_state(tensors["rng.torch"])
     if "rng.cuda" in tensors and torch.cuda.is_available():
-        with contextlib.suppress(RuntimeError):  # a machine with fewer GPUs keeps its own
-            torch.cuda.set_rng_state_all(list(tensors["rng.cuda"]))
+        states = list(tensors["rng.cuda"])
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+        else:
+            log.warning(
+                "checkpoint has %d CUDA RNG states for %d devices; not restored",
+                len(states),
+                torch.cuda.device_count(),
+            )

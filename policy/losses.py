@@ -105,15 +105,30 @@ def _outputs(loss: torch.Tensor, stats: dict[str, float], m: torch.Tensor) -> Lo
 
 
 def grpo_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-    mask: torch.Tensor, *, epsilon: float = 0.2, epsilon_high: float | None = None,
-    ref_logprobs: torch.Tensor | None = None, beta: float = 0.0,
-    importance_weights: torch.Tensor | None = None, num_sequences: int | None = None,
-    num_tokens: int | None = None, max_completion_length: int | None = None,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    beta: float = 0.0,
+    importance_weights: torch.Tensor | None = None,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
+    max_completion_length: int | None = None,
 ) -> LossOutputs:
     """Per-sequence token mean, then mean over sequences (original GRPO)."""
     per_tok, stats, m = _per_token(
-        logprobs, old_logprobs, advantages, mask, epsilon, epsilon_high, ref_logprobs, beta,
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        epsilon,
+        epsilon_high,
+        ref_logprobs,
+        beta,
         importance_weights,
     )
     per_seq = per_tok.sum(-1) / m.sum(-1).clamp(min=1)
@@ -122,15 +137,30 @@ def grpo_loss(
 
 
 def dr_grpo_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-    mask: torch.Tensor, *, epsilon: float = 0.2, epsilon_high: float | None = None,
-    ref_logprobs: torch.Tensor | None = None, beta: float = 0.0,
-    importance_weights: torch.Tensor | None = None, num_sequences: int | None = None,
-    num_tokens: int | None = None, max_completion_length: int | None = None,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    beta: float = 0.0,
+    importance_weights: torch.Tensor | None = None,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
+    max_completion_length: int | None = None,
 ) -> LossOutputs:
     """Token sum over a constant normalizer N * L (Dr. GRPO: no length bias)."""
     per_tok, stats, m = _per_token(
-        logprobs, old_logprobs, advantages, mask, epsilon, epsilon_high, ref_logprobs, beta,
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        epsilon,
+        epsilon_high,
+        ref_logprobs,
+        beta,
         importance_weights,
     )
     n = num_sequences if num_sequences is not None else logprobs.shape[0]
@@ -139,15 +169,30 @@ def dr_grpo_loss(
 
 
 def dapo_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-    mask: torch.Tensor, *, epsilon: float = 0.2, epsilon_high: float | None = None,
-    ref_logprobs: torch.Tensor | None = None, beta: float = 0.0,
-    importance_weights: torch.Tensor | None = None, num_sequences: int | None = None,
-    num_tokens: int | None = None, max_completion_length: int | None = None,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    beta: float = 0.0,
+    importance_weights: torch.Tensor | None = None,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
+    max_completion_length: int | None = None,
 ) -> LossOutputs:
     """Token mean over every token of the batch (DAPO; use with `epsilon_high`)."""
     per_tok, stats, m = _per_token(
-        logprobs, old_logprobs, advantages, mask, epsilon, epsilon_high, ref_logprobs, beta,
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        epsilon,
+        epsilon_high,
+        ref_logprobs,
+        beta,
         importance_weights,
     )
     total = num_tokens if num_tokens is not None else int(m.sum())

@@ -110,8 +110,12 @@ class TransformersSampler:
     """
 
     def __init__(
-        self, model: Any, tokenizer: Any, device: torch.device | str | None = None,
-        seed: int = 0, max_batch_size: int = 256,
+        self,
+        model: Any,
+        tokenizer: Any,
+        device: torch.device | str | None = None,
+        seed: int = 0,
+        max_batch_size: int = 256,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -134,7 +138,9 @@ class TransformersSampler:
         rows = [encode_prompt(self.tokenizer, p) for p in prompts for _ in range(n)]
         flat: list[Completion] = []
         for start in range(0, len(rows), self.max_batch_size):
-            flat.extend(self._generate_rows(rows[start : start + self.max_batch_size], params, generator))
+            flat.extend(
+                self._generate_rows(rows[start : start + self.max_batch_size], params, generator)
+            )
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     @torch.no_grad()
@@ -155,7 +161,9 @@ class TransformersSampler:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+            out = self.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+            )
             past, logits = out.past_key_values, out.logits[:, -1].float()
             next_pos = positions[:, -1:] + 1
             tokens_out: list[torch.Tensor] = []
@@ -172,8 +180,11 @@ class TransformersSampler:
                     break
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
                 out = self.model(
-                    input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos,
-                    past_key_values=past, use_cache=True,
+                    input_ids=tokens[:, None],
+                    attention_mask=mask,
+                    position_ids=next_pos,
+                    past_key_values=past,
+                    use_cache=True,
                 )
                 past, logits = out.past_key_values, out.logits[:, -1].float()
                 next_pos = next_pos + 1

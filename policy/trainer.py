@@ -7,7 +7,9 @@ Per step:
 3. Token ids: a local group's sampled ids are used as they are; a foreign group's (peer's)
    prompt and completion texts are re-tokenized with the local tokenizer (separately,
    so the prompt/completion boundary is exact; the local EOS is appended only where the
-   caller says a completion `finished`).
+   caller says a completion `finished`). Completions longer than
+   `max_completion_tokens` are left out (counted in `n_too_long`), bounding the cost of a
+   peer's text.
 4. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
    computed before the update and detached. Foreign completions thus start at ratio 1:
    the peer's behaviour policy is unknown, so there is no ratio against its logprobs.
@@ -78,7 +80,9 @@ class StepStats:
     n_groups: int = 0
     """Groups trained on."""
     n_skipped: int = 0
-    """Groups skipped for zero reward variance."""
+    """Groups skipped for zero reward variance (or with nothing left to train on)."""
+    n_too_long: int = 0
+    """Completions left out for exceeding `max_completion_tokens`."""
     n_sequences: int = 0
     n_tokens: int = 0
     clip_frac: float = 0.0
@@ -89,11 +93,15 @@ class StepStats:
     """Mean reward over every completion of every group given (trained or skipped)."""
     policy_version: int = 0
     seconds: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
+    """Wall time of the whole step."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase: `prepare` (advantages, tokens), `old_logprobs` (and reference and
+    importance weights), `update` (forward, backward, optimizer)."""
 
     def as_dict(self) -> dict[str, Any]:
+        """Flat JSON-able dict (timings as `time_<phase>`)."""
         d = asdict(self)
-        d.update(d.pop("extra"))
+        d.update({f"time_{k}": v for k, v in d.pop("timings").items()})
         return d
 
 
@@ -110,11 +118,22 @@ def _pad(values: list[list[float]], width: int, fill: float) -> torch.Tensor:
 
 
 class Trainer:
-    """Owns the optimizer; steps the policy on batches of `TrainGroup`s."""
+    """Owns the optimizer; steps the policy on batches of `TrainGroup`s.
+
+    Pass the node's `sampler_config`: the trainer takes the sampling temperature from it
+    (logprobs must be of the distribution that was sampled) and `max_new_tokens` as Dr.
+    GRPO's constant normalizer. Without it: temperature 1 and the batch's longest
+    completion. `policy_version` is the count of optimizer steps; set it after restoring
+    a checkpoint.
+    """
 
     def __init__(
-        self, model: Any, tokenizer: Any, train_config: TrainConfig,
-        device: torch.device | str | None = None, sampler_config: SamplerConfig | None = None,
+        self,
+        model: Any,
+        tokenizer: Any,
+        train_config: TrainConfig,
+        device: torch.device | str | None = None,
+        sampler_config: SamplerConfig | None = None,
     ) -> None:
         self.device = torch.device(device) if device is not None else model.device
         self.model = model.to(self.device)
@@ -127,20 +146,23 @@ class Trainer:
         self.loss_fn = LOSSES[train_config.loss_type]
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
-            lr=train_config.learning_rate, weight_decay=train_config.weight_decay,
+            lr=train_config.learning_rate,
+            weight_decay=train_config.weight_decay,
         )
         self.ref_model = None
         if train_config.beta > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         eos = stop_token_ids(model, tokenizer)
-        self.eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos, default=None)
+        self.eos_id = (
+            tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos, default=None)
+        )
         self.policy_version = 0
 
     def state_dict_for_sampler(self) -> dict[str, torch.Tensor]:
         """The current weights (detached references, not copies) for `Sampler.update_weights`."""
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
-    def _rows(self, group: TrainGroup) -> list[_Row]:
+    def _rows(self, group: TrainGroup, stats: StepStats | None = None) -> list[_Row]:
         rewards = torch.tensor(group.rewards, dtype=torch.float32)
         adv = group_advantages(rewards, self.config.baseline, self.config.scale_rewards)
         keep = keep_mask(rewards, self.config.baseline)
@@ -160,6 +182,10 @@ class Trainer:
                 if group.finished is not None and group.finished[i] and self.eos_id is not None:
                     ids.append(int(self.eos_id))
             if not ids or not prompt_ids:
+                continue
+            if len(ids) > self.config.max_completion_tokens:
+                if stats is not None:
+                    stats.n_too_long += 1
                 continue
             rows.append(_Row(prompt_ids + ids, len(prompt_ids), float(adv[i]), sampler_lp))
         return rows
@@ -209,15 +235,17 @@ class Trainer:
             if is_degenerate(torch.tensor(group.rewards, dtype=torch.float32)):
                 stats.n_skipped += 1
                 continue
-            group_rows = self._rows(group)
+            group_rows = self._rows(group, stats)
             if group_rows:
                 stats.n_groups += 1
                 rows.extend(group_rows)
             else:
                 stats.n_skipped += 1
+        stats.timings["prepare"] = time.perf_counter() - started
         if not rows:
             stats.seconds = time.perf_counter() - started
             return stats
+        t_old = time.perf_counter()
         self.model.eval()
         micro = self._micro_batches(rows)
         old = self._no_grad_logprobs(self.model, rows)
@@ -246,16 +274,24 @@ class Trainer:
             "num_tokens": n_tokens,
             "max_completion_length": self.max_completion_length,
         }
+        t_update = time.perf_counter()
+        stats.timings["old_logprobs"] = t_update - t_old
         for _ in range(self.config.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total, clip_tokens, kl_tokens = 0.0, 0.0, 0.0
             for i, mb in enumerate(micro):
                 lp, mask = self._logprobs(self.model, mb)
                 out = self.loss_fn(
-                    lp, old[i], torch.tensor([r.advantage for r in mb], device=self.device), mask,
-                    epsilon=self.config.epsilon, epsilon_high=self.config.epsilon_high,
-                    ref_logprobs=ref[i] if ref is not None else None, beta=self.config.beta,
-                    importance_weights=weights[i], **norm,
+                    lp,
+                    old[i],
+                    torch.tensor([r.advantage for r in mb], device=self.device),
+                    mask,
+                    epsilon=self.config.epsilon,
+                    epsilon_high=self.config.epsilon_high,
+                    ref_logprobs=ref[i] if ref is not None else None,
+                    beta=self.config.beta,
+                    importance_weights=weights[i],
+                    **norm,
                 )
                 out.loss.backward()
                 loss_total += float(out.loss.detach())
@@ -275,5 +311,6 @@ class Trainer:
         stats.grad_norm = float(grad_norm)
         stats.importance_weight_mean = w_sum / w_n if w_n else 1.0
         stats.policy_version = self.policy_version
+        stats.timings["update"] = time.perf_counter() - t_update
         stats.seconds = time.perf_counter() - started
         return stats

@@ -51,7 +51,9 @@ class TaskStream:
         """The next `n` references; advances the cursor by `n`."""
         if n < 0:
             raise ValueError("n must be >= 0")
-        refs = [TaskRef(self._source_at(k), self.seed, k) for k in range(self.cursor, self.cursor + n)]
+        refs = [
+            TaskRef(self._source_at(k), self.seed, k) for k in range(self.cursor, self.cursor + n)
+        ]
         self.cursor += n
         return refs
 

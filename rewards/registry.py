@@ -124,7 +124,7 @@ def _run(fn: Callable[[], float], timeout_s: float | None) -> float:
     if timeout_s is None:
         try:
             return fn()
-        except Exception:  # noqa: BLE001 — scorers see arbitrary untrusted text
+        except Exception:
             _count("errors")
             log.warning("reward function raised; scoring 0", exc_info=True)
             return 0.0

@@ -85,7 +85,5 @@ def get_rg_source(dataset: str) -> RgSource:
     """The adapter for one dataset; `KeyError` if reasoning-gym has no such dataset."""
     names = dataset_names()
     if dataset not in names:
-        raise KeyError(
-            f"unknown reasoning-gym dataset {dataset!r}; known: {', '.join(names)}"
-        )
+        raise KeyError(f"unknown reasoning-gym dataset {dataset!r}; known: {', '.join(names)}")
     return RgSource(dataset)

@@ -37,7 +37,8 @@ class TrainConfig(StrictModel):
     learning_rate: float = Field(1e-4, gt=0, le=1)
     """Adam learning rate."""
     loss_type: Literal["grpo", "dr_grpo", "dapo"] = "dapo"
-    """Token aggregation: per-sequence mean (grpo), constant normalizer (dr_grpo), token mean (dapo)."""
+    """Token aggregation: per-sequence mean (grpo), constant normalizer (dr_grpo), token mean
+    (dapo)."""
     scale_rewards: Literal["group", "none"] = "group"
     """Divide advantages by the group's std (`group`) or not (`none`, as in Dr. GRPO)."""
     baseline: Literal["mean", "median"] = "mean"
@@ -58,6 +59,9 @@ class TrainConfig(StrictModel):
     """Sequences per forward/backward pass; gradients accumulate over one step's micro-batches."""
     weight_decay: float = Field(0.0, ge=0, le=1)
     """AdamW weight decay."""
+    max_completion_tokens: int = Field(2048, ge=1, le=1 << 20)
+    """Completions longer than this many tokens (after re-tokenizing a peer's text) are left
+    out of training: bounds the cost one peer's long text can impose."""
 
     @model_validator(mode="after")
     def _clip_order(self) -> TrainConfig:
@@ -68,7 +72,8 @@ class TrainConfig(StrictModel):
 
 class TaskSpec(StrictModel):
     source: str
-    """A task source name: a built-in generator (e.g. `add`, `copy`, `reverse`) or `rg:<dataset>`."""
+    """A task source name: a built-in generator (`add`, `copy`, `reverse`, `compare`, `digit`)
+    or `rg:<dataset>` (a reasoning-gym dataset)."""
     weight: float = Field(1.0, gt=0)
     """Relative frequency in the mixture."""
 

@@ -23,7 +23,9 @@ def test_mean_std() -> None:
 
 
 def test_mean_only_dr_grpo() -> None:
-    assert torch.allclose(group_advantages(t(1, 0, 0, 0), "mean", "none"), t(0.75, -0.25, -0.25, -0.25))
+    assert torch.allclose(
+        group_advantages(t(1, 0, 0, 0), "mean", "none"), t(0.75, -0.25, -0.25, -0.25)
+    )
     assert torch.allclose(group_advantages(t(2, 4), "mean", "none"), t(-1, 1))
 
 

@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from policy.losses import LOSSES, dapo_loss, dr_grpo_loss, grpo_loss, k3_kl, truncated_importance_weights
+from policy.losses import (
+    LOSSES,
+    dapo_loss,
+    dr_grpo_loss,
+    grpo_loss,
+    k3_kl,
+    truncated_importance_weights,
+)
 
 
 def ratios(*r: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,7 +81,9 @@ def test_aggregations_differ_as_documented() -> None:
     assert dr_grpo_loss(lp, old, adv, mask, max_completion_length=4).loss.item() == pytest.approx(0)
     lp2, old2, adv2, mask2 = lp, old, torch.tensor([1.0, -1.0]), mask
     # (-2 + 1) / (2 * 4)
-    assert dr_grpo_loss(lp2, old2, adv2, mask2, max_completion_length=4).loss.item() == pytest.approx(-1 / 8)
+    assert dr_grpo_loss(
+        lp2, old2, adv2, mask2, max_completion_length=4
+    ).loss.item() == pytest.approx(-1 / 8)
     # defaults: L = T = 2
     assert dr_grpo_loss(lp2, old2, adv2, mask2).loss.item() == pytest.approx(-1 / 4)
 
@@ -84,8 +93,15 @@ def test_global_normalizers_make_micro_batches_add_up() -> None:
     for fn in LOSSES.values():
         whole = fn(lp, old, adv, mask, max_completion_length=4).loss
         parts = sum(
-            fn(lp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1],
-               num_sequences=2, num_tokens=3, max_completion_length=4).loss
+            fn(
+                lp[i : i + 1],
+                old[i : i + 1],
+                adv[i : i + 1],
+                mask[i : i + 1],
+                num_sequences=2,
+                num_tokens=3,
+                max_completion_length=4,
+            ).loss
             for i in range(2)
         )
         assert parts.item() == pytest.approx(whole.item())
@@ -104,7 +120,9 @@ def test_k3_kl_and_beta() -> None:
     expected = 0.5 + math.log(2) - 1  # exp(d) - d - 1 with d = log(0.5)
     assert k3_kl(lp, ref).item() == pytest.approx(expected)
     assert k3_kl(ref, ref).item() == 0.0
-    out = grpo_loss(lp, lp.detach(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, beta=0.1)
+    out = grpo_loss(
+        lp, lp.detach(), torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, beta=0.1
+    )
     assert out.loss.item() == pytest.approx(0.1 * expected)
     assert out.kl == pytest.approx(expected)
 

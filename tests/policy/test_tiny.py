@@ -12,6 +12,8 @@ from policy.loading import load_policy_model, load_tokenizer, model_family
 from policy.tiny import TINY_CHARS, build_tiny_model, char_tokenizer
 from swarm.config.learning import ModelConfig
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def test_tokenizer_round_trip() -> None:
     tok = char_tokenizer()

@@ -44,10 +44,15 @@ def test_builtin_values_are_pinned() -> None:
 def test_snapshot_of_generated_prompts() -> None:
     # Pinned values: a change here changes every node's tasks, breaking mixed-version swarms.
     assert [make_task(TaskRef("add", 0, i)).prompt for i in range(4)] == [
-        "4+7=", "6+2=", "0+9=", "7+6=",
+        "4+7=",
+        "6+2=",
+        "0+9=",
+        "7+6=",
     ]
     assert [make_task(TaskRef("copy", 0, i)).prompt for i in range(3)] == [
-        "copy a=", "copy d=", "copy da=",
+        "copy a=",
+        "copy d=",
+        "copy da=",
     ]
 
 

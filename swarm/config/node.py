@@ -35,6 +35,9 @@ class SapoConfig(StrictModel):
     """Use nothing older than this many swarm rounds."""
     max_ahead: int = Field(8, ge=0, le=1024)
     """Refuse messages claiming a round more than this far beyond our own."""
+    catch_up_quorum: int = Field(2, ge=1, le=64)
+    """A node far behind jumps its clock once this many distinct peers claim later rounds
+    (1 lets a single peer, possibly hostile, move the clock)."""
     per_sender_cap: int = Field(2, ge=1)
     """At most this many external groups from one sender per round."""
     pool_max_groups: int = Field(1024, ge=1)

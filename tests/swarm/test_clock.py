@@ -69,3 +69,25 @@ def test_wall_clock_moves_forward() -> None:
     before = clock.now()
     asyncio.run(clock.sleep(0.001))
     assert clock.now() >= before + 0.001
+
+
+def test_one_peer_cannot_move_the_clock_but_a_quorum_can() -> None:
+    from swarm.clock import SwarmRound
+
+    clock = SwarmRound(5, max_ahead=8, catch_up_quorum=2)
+    for _ in range(10):
+        assert clock.note_future("evil", 10_000) is False
+    assert clock.value == 5
+    assert clock.note_future("honest", 40) is True
+    assert clock.value == 40  # the second-highest claim: both vouch for >= 40
+    assert clock.admits(41)
+
+
+def test_stale_claims_expire_once_no_longer_in_the_future() -> None:
+    from swarm.clock import SwarmRound
+
+    clock = SwarmRound(0, max_ahead=8, catch_up_quorum=2)
+    assert clock.note_future("a", 20) is False
+    clock.value = 15  # caught up by local steps and accepted messages
+    assert clock.note_future("b", 30) is False  # "a"'s claim is no longer from the future
+    assert clock.value == 15

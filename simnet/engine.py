@@ -5,7 +5,9 @@ Invariants:
   `gossip.memory.MemoryTransport` on a `SimNetwork`. simnet replaces only the clock
   (virtual), the routing between transports (the link model) and, in stub mode, the
   learner; it never calls `Node.run` (the production task loop).
-- A node's round loop is a `Process` calling `Node.run_round`; sampling and training
+- A node's round loop is an asyncio task on the virtual-time loop calling
+  `Node.run_round` (so the node's own tasks, such as publishing while it trains, run as
+  in production); sampling and training
   take modeled virtual time (`TimedLearner` reports the modeled durations, the offload
   sleeps them), so a node publishes after its sampling time and trains for its training
   time, and the metrics' `time` and `seconds` are virtual and deterministic. Receiving
@@ -14,19 +16,22 @@ Invariants:
 - Determinism: identities, model and task seeds, start times, compute jitter, churn
   choices and every network draw derive from the run seed, and events run in a fixed
   order; the same scenario and seed give byte-identical metrics files.
-- Churn: a crash kills the node's process where it is and drops its transport; a
+- Churn: a crash cancels the node's tasks where they are and drops it off the network
+  at once (what it had in flight still lands); a
   graceful leave finishes the current round and checkpoints first. A rejoin builds a
   fresh node (new learner, new gossip whose sequence numbers start at the virtual time
   in microseconds, as production starts at wall time) and `Node.resume`s from its newest
   valid checkpoint, redoing any rounds lost since.
 - Output: `<run dir>/<node>/metrics.jsonl` holds the node's own metrics records (the
   `on_round` record, one JSON line each, appended across incarnations); `<run
-  dir>/run.json` is the run summary. An existing non-empty run dir is refused unless
-  `overwrite`.
+  dir>/run.json` is the run summary. `run_scenario` refuses an existing non-empty run
+  dir unless `overwrite` (metrics files are appended to, as a node's are).
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import hashlib
 import json
 import random
@@ -34,8 +39,8 @@ import shutil
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,7 +51,7 @@ from gossip.memory import MemoryTransport
 from node.learner import ExternalGroup, Learner, LocalGroup, SampleResult, TrainResult
 from node.metrics import MetricsWriter
 from node.runner import Node, RoundReport
-from simnet.clock import Process, Scheduler, VirtualClock, run_now
+from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
 from simnet.scenario import (
     ChurnFault,
@@ -64,11 +69,24 @@ from simnet.stub import StubLearner
 from swarm.config import NodeConfig, parse_config
 from swarm.errors import ConfigError
 from swarm.identity import Identity
-from swarm.messages import Hello, TaskRef
-from swarm.transport import peers_topic, rollouts_topic
+from swarm.messages import DeltaPacket, Hello, TaskRef
+from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
+YOUNG_GC_THRESHOLD = 50_000
 FINAL_FRACTION = 0.1
 """`final_reward` is the mean reward over the last this fraction of rounds."""
+
+
+@contextmanager
+def _fewer_young_gc_passes() -> Iterator[None]:
+    """Raise the youngest GC generation's threshold while a run goes (it allocates many
+    short-lived objects, almost none in cycles); restored afterwards."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], YOUNG_GC_THRESHOLD), old[1], old[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def derive(seed: int, *parts: object) -> int:
@@ -102,13 +120,22 @@ class Progress:
 ProgressFn = Callable[[Progress], None]
 
 
+def _is_wall_time(key: str) -> bool:
+    return (
+        key in ("seconds", "time")
+        or key.startswith("time_")
+        or key.endswith(("_s", "_seconds", "_time"))
+    )
+
+
 class TimedLearner:
     """A `Learner` wrapper that reports modeled virtual durations instead of measured ones.
 
     Sampling takes `sample_s_per_group` per local group; training takes
     `train_s_per_group` per group trained plus `round_overhead_s`; each scaled by a
-    jitter factor from the node's own seeded RNG. A measured `seconds` in the training
-    stats (the real trainer's wall time) is replaced by the modeled one.
+    jitter factor from the node's own seeded RNG. Measured wall times in the training
+    stats (keys named like `seconds`, `time_*`, `*_s`) would break determinism: `seconds`
+    becomes the modeled training time, the others None.
     """
 
     def __init__(self, inner: Learner, compute: ComputeSpec, rng: random.Random) -> None:
@@ -136,10 +163,17 @@ class TimedLearner:
         groups = len(local) + len(external)
         seconds = groups * self.compute.train_s_per_group + self.compute.round_overhead_s
         seconds *= self._factor()
-        stats = dict(result.stats)
-        if "seconds" in stats:  # a measured wall time would break determinism
-            stats["seconds"] = round(seconds, 4)
+        stats = {
+            key: (round(seconds, 4) if key == "seconds" else None) if _is_wall_time(key) else v
+            for key, v in result.stats.items()
+        }
         return TrainResult(stats, seconds)
+
+    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+        self.inner.receive_delta(sender, round, packet, own_round)
+
+    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
+        return self.inner.share_deltas(own_round)
 
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
         self.inner.save(directory, manifest)
@@ -166,7 +200,7 @@ class SimNode:
 
     plan: NodePlan
     node: Node | None = None
-    processes: list[Process] = field(default_factory=list)
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     writer: MetricsWriter | None = None
     incarnation: int = 0
     online: bool = False
@@ -257,7 +291,14 @@ class Simulation:
             )
         from node.policy_learner import PolicyLearner  # torch: only for real models
 
-        return PolicyLearner(config)
+        learner = PolicyLearner(config)
+        warmstart = self.scenario.warmstart
+        if warmstart is not None:
+            from simnet.base_model import apply_base, base_state
+
+            seed = derive(self.seed, "base", plan.group.model)
+            apply_base(learner, base_state(plan.group.model, seed, warmstart))
+        return learner
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -292,50 +333,63 @@ class Simulation:
         run_now(gossip.start())
         run_now(gossip.subscribe(self.rollouts_topic))
         run_now(gossip.subscribe(self.peers_topic))
+        if config.deltas.enabled:
+            run_now(gossip.subscribe(deltas_topic(config.node.swarm_id, learner.model_family)))
         self.link.set_online(plan.index, True)
         sn.online = True
         sn.writer = MetricsWriter(Path(config.node.data_dir) / "metrics.jsonl")
-        life = Process(self.scheduler, self._life(sn), plan.name, partial(self._life_ended, sn))
-        sn.processes = [life]
-        life.start(delay)
+        sn.tasks = [self.scheduler.spawn(self._life(sn, delay), plan.name)]
         if self.scenario.announce_every_s:
-            announce = Process(self.scheduler, self._announce(sn), f"{plan.name}/announce")
-            sn.processes.append(announce)
-            announce.start(self.rng.uniform(0, self.scenario.announce_every_s))
+            phase = self.rng.uniform(0, self.scenario.announce_every_s)
+            sn.tasks.append(self.scheduler.spawn(self._announce(sn, phase), f"{plan.name}/hello"))
 
-    def _go_offline(self, sn: SimNode) -> None:
-        for process in sn.processes:
-            process.kill()
-        sn.processes = []
-        if sn.node is not None:
-            run_now(sn.node.gossip.stop())
+    def _drop_off(self, sn: SimNode) -> None:
+        """Off the network now: nothing more reaches it or leaves it."""
         self.link.set_online(sn.plan.index, False)
-        if sn.writer is not None:
-            sn.writer.close()
-            sn.writer = None
         sn.online = False
 
-    async def _life(self, sn: SimNode) -> None:
+    def _shut_down(self, sn: SimNode) -> None:
+        """Stop its transport and close its metrics (its tasks are done or cancelled)."""
+        self._close(sn.node, sn.writer)
+        sn.writer = None
+
+    @staticmethod
+    def _close(node: Node | None, writer: MetricsWriter | None) -> None:
+        if node is not None and node.gossip.started:
+            run_now(node.gossip.stop())
+        if writer is not None:
+            writer.close()
+
+    async def _life(self, sn: SimNode, delay: float) -> None:
         node = sn.node
         assert node is not None
+        if delay > 0:
+            await self.clock.sleep(delay)
         while node.rounds_done < self.scenario.rounds and not sn.leaving:
             await node.run_round()
         if sn.leaving or self.scenario.checkpoint_every:
             await node.checkpoint()
-
-    def _life_ended(self, sn: SimNode, process: Process) -> None:
+        for task in sn.tasks[1:]:
+            task.cancel()
         if sn.leaving:
             sn.leaving = False
             self._event("left", sn, graceful=True, rounds_done=self._rounds_of(sn))
-            self._go_offline(sn)
+            self._drop_off(sn)
+            self._shut_down(sn)
             self._after_leave(sn)
             return
         sn.finished = True
-        self._active -= 1
+        self._node_done()
 
-    async def _announce(self, sn: SimNode) -> None:
+    def _node_done(self) -> None:
+        self._active -= 1
+        if self._active <= 0:
+            self.scheduler.finish()
+
+    async def _announce(self, sn: SimNode, phase: float) -> None:
         node = sn.node
         assert node is not None
+        await self.clock.sleep(phase)
         while True:
             await node.gossip.publish(self.peers_topic, self._hello(node), node.swarm_round.value)
             await self.clock.sleep(self.scenario.announce_every_s)
@@ -368,13 +422,20 @@ class Simulation:
             sn.leaving = True
             return
         self._event("crashed", sn, rounds_done=self._rounds_of(sn))
-        self._go_offline(sn)
+        self._drop_off(sn)
+        for task in sn.tasks:
+            task.cancel()
+        # Its transport stops once its tasks have unwound (a publish it had started may
+        # still be running; the link model no longer carries anything from it).
+        node, writer = sn.node, sn.writer
+        sn.writer = None
+        sn.tasks[0].add_done_callback(lambda _: self._close(node, writer))
         self._after_leave(sn)
 
     def _after_leave(self, sn: SimNode) -> None:
         if sn.rejoin_at is None:
             sn.gone = True
-            self._active -= 1
+            self._node_done()
             return
         self.scheduler.at(max(sn.rejoin_at, self.scheduler.now), self._rejoin, sn)
 
@@ -486,20 +547,26 @@ class Simulation:
         """Run to the end (every node done or gone); write and return the run summary."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         spread = self.scenario.start_spread_s
-        for sn in self.nodes:
-            self._join(sn, resume=False, delay=self.rng.uniform(0, spread) if spread else 0.0)
-        self._schedule_faults()
-        for schedule in self._pending:
-            schedule()
-        self._pending = []
+
+        def start() -> None:
+            for sn in self.nodes:
+                delay = self.rng.uniform(0, spread) if spread else 0.0
+                self._join(sn, resume=False, delay=delay)
+            self._schedule_faults()
+            for schedule in self._pending:
+                schedule()
+            self._pending = []
+
         sharing = shared_pure_work() if self.scenario.share_pure_work else nullcontext()
         try:
-            with sharing:
-                self.scheduler.run(stop=lambda: self._active <= 0)
+            with sharing, _fewer_young_gc_passes():
+                self.scheduler.run(start)
         finally:
             for sn in self.nodes:
-                if sn.online:
-                    self._go_offline(sn)
+                self._drop_off(sn)
+            self.scheduler.close()  # cancels what is left (hellos) and lets it unwind
+            for sn in self.nodes:
+                self._shut_down(sn)
         summary = self.summary()
         (self.run_dir / "run.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
         return summary

@@ -155,6 +155,9 @@ class LinkModel:
 
     def publish(self, origin: int, topic: str, data: bytes) -> int:
         """Send a message `origin` published to its neighbours; return transmissions started."""
+        if not self.online[origin]:
+            self.counters["sender_offline"] += 1  # a crashed node's last publish
+            return 0
         self._next_id += 1
         limit = self.spec.max_hops if (self.mesh and topic in self.limited_topics) else 0
         message = _Message(self._next_id, topic, data, origin, limit, {origin})

@@ -39,6 +39,8 @@ class NodeRun:
     rewards: list[float | None]
     """Reward per round 1..n (None where a round has no local samples)."""
     external: list[int]
+    trained: list[int | None]
+    """Informative (non-zero-variance) groups trained per round, local + external."""
 
 
 @dataclass
@@ -59,14 +61,24 @@ class RunData:
         return curve
 
 
-def _per_round(records: list[dict[str, Any]]) -> tuple[list[float | None], list[int]]:
+def _trained(record: dict[str, Any]) -> int | None:
+    stats = record.get("train") or {}
+    for key in ("n_groups", "informative_groups"):  # real trainer, stub learner
+        if isinstance(stats.get(key), int):
+            return int(stats[key])
+    return None
+
+
+def _per_round(
+    records: list[dict[str, Any]],
+) -> tuple[list[float | None], list[int], list[int | None]]:
     by_round: dict[int, dict[str, Any]] = {}
     for record in records:
         by_round[int(record["round"])] = record  # a redone round: the last record wins
-    rounds = sorted(by_round)
-    rewards = [by_round[r].get("mean_local_reward") for r in rounds]
-    external = [int(by_round[r].get("external_groups", 0)) for r in rounds]
-    return rewards, external
+    rounds = [by_round[r] for r in sorted(by_round)]
+    rewards = [r.get("mean_local_reward") for r in rounds]
+    external = [int(r.get("external_groups", 0)) for r in rounds]
+    return rewards, external, [_trained(r) for r in rounds]
 
 
 def load_runs(directory: Path) -> list[RunData]:
@@ -79,7 +91,7 @@ def load_runs(directory: Path) -> list[RunData]:
         summary = json.loads(path.read_text())
         run = RunData(path.parent, str(summary["label"]), int(summary["seed"]), summary)
         for node in summary["nodes"]:
-            rewards, external = _per_round(
+            rewards, external, trained = _per_round(
                 read_metrics(path.parent / node["name"] / "metrics.jsonl")
             )
             run.nodes.append(
@@ -91,6 +103,7 @@ def load_runs(directory: Path) -> list[RunData]:
                     int(node["external_groups"]),
                     rewards,
                     external,
+                    trained,
                 )
             )
         runs.append(run)
@@ -160,6 +173,7 @@ def table_rows(runs: list[RunData]) -> list[dict[str, Any]]:
             for r in group
             if any(n.external for n in r.nodes)
         ]
+        trained = [t for r in group for n in r.nodes for t in n.trained if t is not None]
         rows.append(
             {
                 "label": label,
@@ -175,6 +189,7 @@ def table_rows(runs: list[RunData]) -> list[dict[str, Any]]:
                 "ratio": mean / baseline if baseline else float("nan"),
                 "final": statistics.fmean(finals) if finals else None,
                 "external": statistics.fmean(external) if external else 0.0,
+                "trained": statistics.fmean(trained) if trained else None,
             }
         )
     return rows
@@ -220,19 +235,22 @@ def markdown(runs: list[RunData], title: str) -> str:
         "Cumulative reward: per run, the sum over rounds of each node's mean reward on its "
         "own samples, averaged over the run's nodes; then mean ± std (and min-max) over "
         f"seeds. `vs {first}` divides by the first configuration's mean. Final reward: mean "
-        "over the last 10% of rounds.",
+        "over the last 10% of rounds. Informative groups: groups with reward variance "
+        "(the only ones with a GRPO signal) trained per round, local and external.",
         "",
         f"| configuration | I/J | model | nodes | seeds | rounds | cumulative reward "
-        f"| min-max | vs {first} | final reward | external groups/round |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| min-max | vs {first} | final reward | external groups/round "
+        "| informative groups trained/round |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         final = "-" if row["final"] is None else f"{row['final']:.3f}"
+        trained = "-" if row["trained"] is None else f"{row['trained']:.2f}"
         lines.append(
             f"| {row['label']} | {row['mix']} | {row['models']} | {row['nodes']} "
             f"| {row['seeds']} | {row['rounds']} | {row['mean']:.2f} ± {row['std']:.2f} "
             f"| {row['min']:.2f}-{row['max']:.2f} | {row['ratio']:.2f}x | {final} "
-            f"| {row['external']:.2f} |"
+            f"| {row['external']:.2f} | {trained} |"
         )
     groups = group_rows(runs)
     if groups:

@@ -26,12 +26,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from swarm.config import format_validation_error, parse_config
+from swarm.config import TaskSpec, format_validation_error, parse_config
 from swarm.config.base import StrictModel
 from swarm.errors import ConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]+$"
-OVERRIDABLE_SECTIONS = ("gossip", "model", "sampler", "train", "sapo", "tasks", "rewards")
+OVERRIDABLE_SECTIONS = (
+    "gossip",
+    "model",
+    "sampler",
+    "train",
+    "sapo",
+    "tasks",
+    "rewards",
+    "deltas",
+)
 """Node-config sections a scenario may override (the others belong to simnet)."""
 _RESERVED_KEYS = {("model", "name_or_path"), ("model", "seed"), ("tasks", "seed")}
 SectionOverrides = dict[str, dict[str, Any]]
@@ -164,6 +173,20 @@ Fault = Annotated[PartitionFault | LeaveFault | ChurnFault, Field(discriminator=
 # ---- nodes -----------------------------------------------------------------------------
 
 
+class WarmStartSpec(StrictModel):
+    tasks: list[TaskSpec] = [TaskSpec(source="add")]
+    """Task mixture the warm-up pairs are drawn from."""
+    steps: int = Field(40, ge=1, le=100_000)
+    """Supervised optimizer steps."""
+    batch: int = Field(64, ge=1, le=4096)
+    """(prompt, answer) pairs per step."""
+    lr: float = Field(1e-3, gt=0, le=1)
+    """AdamW learning rate of the warm-up."""
+    answers: Literal["true", "shuffled"] = "true"
+    """`true`: pairs with the right answers (a base that knows a little); `shuffled`: each
+    prompt with an unrelated task's answer (a base that knows only the output format)."""
+
+
 class ComputeSpec(StrictModel):
     sample_s_per_group: float = Field(1.0, ge=0)
     """Virtual seconds to sample (and score) one local group."""
@@ -254,6 +277,10 @@ class Scenario(StrictModel):
     """Simulator speed-up for protocol-scale runs: decode, verify and re-score each message
     once for all its receivers (pure functions, so metrics are identical; see
     `simnet.shared`)."""
+    warmstart: WarmStartSpec | None = None
+    """A shared base model for real-model nodes: every node of a model starts from the same
+    short supervised warm-up (see `simnet.base_model`) instead of random weights. Needs
+    `train.beta = 0` and deltas off."""
     torch_threads: int = Field(1, ge=1, le=256)
     """torch intra-op threads for real models (1 keeps runs deterministic and cheap)."""
 
@@ -379,7 +406,13 @@ def _check_node_configs(scenario: Scenario, source: str) -> None:
             )
             where = f"{source} (nodes {group.name!r}"
             where += f", variant {variant.name!r})" if variant else ")"
-            parse_config(data, where)
+            config = parse_config(data, where)
+            if scenario.warmstart is not None and group.model != "stub":
+                if config.train.beta > 0 or config.deltas.enabled:
+                    raise ConfigError(
+                        f"{where}: warmstart needs train.beta = 0 and deltas off (the "
+                        "learner snapshots its initial weights when it is built)"
+                    )
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:

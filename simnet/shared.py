@@ -41,26 +41,52 @@ _TARGETS = (
 _active = False
 
 
-def _memo(fn: Callable[..., Any], cache: dict[tuple[Any, ...], Any]) -> Callable[..., Any]:
-    def memoized(*args: Any) -> Any:
+class _Canon:
+    """Maps equal config objects (each node has its own `Limits` and `RewardsConfig`) to
+    one instance, so cache keys compare by identity instead of field by field."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, Any]] = {}
+        self._by_value: dict[Any, Any] = {}
+
+    def __call__(self, obj: Any) -> Any:
+        entry = self._by_id.get(id(obj))
+        if entry is not None and entry[0] is obj:
+            return entry[1]
+        canonical = self._by_value.setdefault(obj, obj)
+        self._by_id[id(obj)] = (obj, canonical)  # holds obj, so its id is not reused
+        return canonical
+
+
+def _memo_decode(
+    fn: Callable[..., Any], cache: dict[tuple[Any, ...], Any], canon: _Canon, limits_at: int
+) -> Callable[..., Any]:
+    """A memoized `decode_envelope(data, limits, swarm_id)` (`limits_at` 1) or
+    `decode_payload(kind, payload, limits)` (`limits_at` 2)."""
+
+    def memoized(first: Any, second: Any, third: Any) -> Any:
+        if limits_at == 1:
+            key = (first, canon(second), third)
+        else:
+            key = (first, second, canon(third))
         try:
-            return cache[args]
+            return cache[key]
         except KeyError:
             pass
-        value = fn(*args)
+        value = fn(first, second, third)
         if len(cache) >= MAX_ENTRIES:
             cache.clear()
-        cache[args] = value
+        cache[key] = value
         return value
 
     return memoized
 
 
 def _memo_rescore(
-    fn: Callable[..., Rescored], cache: dict[tuple[Any, ...], Rescored | str]
+    fn: Callable[..., Rescored], cache: dict[tuple[Any, ...], Any], canon: _Canon
 ) -> Callable[..., Rescored]:
     def memoized(group: Any, config: Any) -> Rescored:
-        key = (group, config)
+        key = (group, canon(config))
         hit = cache.get(key)
         if hit is None:
             try:
@@ -90,12 +116,18 @@ def shared_pure_work() -> Iterator[dict[str, int]]:
             raise RuntimeError(f"{module.__name__}.{name} is gone; update simnet.shared")
         originals.append((module, name, getattr(module, name)))
     caches: list[dict[tuple[Any, ...], Any]] = [{} for _ in originals]
+    canon = _Canon()
     stats: dict[str, int] = {}
     _active = True
     try:
         for (module, name, original), cache in zip(originals, caches, strict=True):
-            wrap = _memo_rescore if name == "rescore_group" else _memo
-            setattr(module, name, wrap(original, cache))
+            if name == "rescore_group":
+                memoized = _memo_rescore(original, cache, canon)
+            else:
+                memoized = _memo_decode(
+                    original, cache, canon, 1 if name == "decode_envelope" else 2
+                )
+            setattr(module, name, memoized)
         yield stats
     finally:
         for module, name, original in originals:

@@ -188,3 +188,16 @@ def test_shared_pure_work_changes_nothing_but_speed(tmp_path: Path) -> None:
     assert [e["event"] for e in a["events"]].count("crashed") == 4
     assert _metrics_bytes(tmp_path / "a") == _metrics_bytes(tmp_path / "b")
     assert a == b
+
+
+def test_hellos_fill_every_peers_table(tmp_path: Path) -> None:
+    run = scenario(
+        rounds=6,
+        announce_every_s=5.0,
+        nodes=[{"name": "m", "count": 12, "model": "stub"}],
+        network={"topology": "mesh", "degree": 4, "max_hops": 1},
+    )
+    summary = Simulation(run, None, 0, tmp_path).run()
+    for node in summary["nodes"]:
+        assert records(tmp_path, node["name"])[-1]["peers"] == 11  # hellos flood the mesh
+    assert summary["network"]["mean_reach"]["swarm/t/peers"] == 11.0

@@ -73,3 +73,15 @@ def test_variant_names_are_unique_and_directory_safe() -> None:
         parse_scenario(_with(variants=[{"name": "a"}, {"name": "a"}]), "s.toml")
     with pytest.raises(ConfigError, match=r"variants\.0\.name"):
         parse_scenario(_with(variants=[{"name": "4/4"}]), "s.toml")
+
+
+def test_warmstart_refuses_settings_that_snapshot_initial_weights() -> None:
+    data = _with(
+        warmstart={"steps": 5},
+        nodes=[{"name": "t", "count": 2, "model": "builtin:tiny"}],
+        defaults={"train": {"beta": 0.1}},
+    )
+    with pytest.raises(ConfigError, match=r"warmstart needs train\.beta = 0"):
+        parse_scenario(data, "s.toml")
+    data["nodes"][0]["model"] = "stub"  # stub nodes have no weights: fine
+    assert parse_scenario(data, "s.toml").warmstart is not None

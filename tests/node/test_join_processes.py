@@ -113,3 +113,20 @@ def test_sigkill_then_resume_continues(tmp_path: Path) -> None:
     assert json.loads(
         (data / "checkpoints" / f"round-{resumed_round + 3:08d}" / "manifest.json").read_text()
     )
+
+
+def test_ctrl_c_stops_cleanly_with_a_checkpoint(tmp_path: Path) -> None:
+    config = write_configs(1, 1000, tmp_path)[0]
+    data = tmp_path / "node-0"
+    log = tmp_path / "node-0.log"
+    proc = _join(config, 1000, log)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(read_metrics(data / "metrics.jsonl")) < 3:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGINT)
+    assert _wait([proc], 60) == [0], log.read_text()[-3000:]
+    done = len(read_metrics(data / "metrics.jsonl"))
+    assert done >= 3
+    assert "checkpoint written" in log.read_text()
+    assert (data / "checkpoints" / f"round-{done:08d}" / "node.json").exists()
+    assert "Traceback" not in log.read_text()

@@ -156,7 +156,7 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
         name = f"node-{index}"
         records = read_metrics(out / name / "metrics.jsonl")
         if not records:
-            table.add_row(name, str(codes[name]), "-", "-", "-", "-", "-")
+            table.add_row(name, str(codes[name]), "-", "-", "-", "-", "-", "-")
             continue
         s = summarize(records, 10)
         curves[name] = [r["mean_local_reward"] for r in records]
@@ -167,9 +167,15 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
             f"{s['reward_last']:.3f}",
             str(s["external_groups"]),
             str(len(s["external_by_sender"])),
-            str(sum(s["drops"].values())),
+            str(s["drops"].get("zero_variance", 0)),
+            str(sum(v for k, v in s["drops"].items() if k != "zero_variance")),
         )
     console.print(table)
+    console.print(
+        "no signal: peers' groups whose completions all scored the same (GRPO learns nothing "
+        "from them); refused: anything else dropped, by reason in metrics.jsonl",
+        highlight=False,
+    )
     if curves:
         plot = plot_rewards(curves, out / "reward.png")
         console.print(f"reward plot: {plot}; per-node logs in {out}/node-*.log")

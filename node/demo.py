@@ -148,7 +148,8 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
         "reward last 10",
         "external used",
         "peers used",
-        "dropped",
+        "no signal",
+        "refused",
     ):
         table.add_column(column)
     curves = {}

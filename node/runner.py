@@ -260,7 +260,10 @@ class Node:
         sapo = self.config.sapo
         start = self.timer()
         refs = self.tasks.next_refs(sapo.local_groups)
-        seed = (self.config.model.seed * 1_000_003 + self.rounds_done) & 0x7FFFFFFF
+        # Distinct per node (task seed) even when nodes share one initial model.
+        seed = (
+            self.config.model.seed * 1_000_003 + self.config.tasks.seed * 7_919 + self.rounds_done
+        ) & 0x7FFFFFFF
         sampled = await self.offload(self.learner.sample, refs, seed)
         batch = RolloutBatch(
             tuple(

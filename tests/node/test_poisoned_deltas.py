@@ -1,0 +1,25 @@
+"""Honest tiny-model nodes merging deltas beside a peer that publishes poison.
+
+Same production `Node` + `PolicyLearner` as the delta frontier benchmark, over the memory
+transport, sequential and seeded (so the comparison is exact, not noisy between runs).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks.delta_frontier import POISONED, run_one
+
+pytestmark = pytest.mark.slow
+
+
+def test_poisoned_deltas_do_not_hurt_honest_nodes(tmp_path: Path) -> None:
+    off = run_one(tmp_path / "off", "no deltas", seed=0, rounds=12, nodes=3)
+    poisoned = run_one(tmp_path / "poisoned", POISONED, seed=0, rounds=12, nodes=3)
+    assert poisoned["bytes_per_share"] > 0  # deltas really were exchanged
+    assert math.isfinite(poisoned["cumulative"])
+    # "Not worse than with delta sharing off": within 10% (one seed, 12 rounds).
+    assert poisoned["cumulative"] >= 0.9 * off["cumulative"], (poisoned, off)

@@ -296,5 +296,16 @@ def demo(
     sys.exit(run_demo(nodes, rounds, out, console))
 
 
+def _mount_simnet() -> None:
+    from cli.simnet_cmd import report_command, simnet_app
+
+    app.add_typer(
+        simnet_app, name="simnet", help="Simulated networks of many nodes in one process."
+    )
+    app.command("report")(report_command)
+
+
+_mount_simnet()
+
 if __name__ == "__main__":
     app()

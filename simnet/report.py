@@ -158,9 +158,17 @@ def table_rows(runs: list[RunData]) -> list[dict[str, Any]]:
     """One row per configuration: cumulative reward over seeds and companions."""
     rows = []
     baseline: float | None = None
+    first_by_seed: dict[int, float] = {}
     for label in labels_of(runs):
         group = [r for r in runs if r.label == label]
         totals = [sum(r.mean_curve()) for r in group]
+        if not first_by_seed:
+            first_by_seed = {r.seed: t for r, t in zip(group, totals, strict=True)}
+        paired = [
+            t / first_by_seed[r.seed]
+            for r, t in zip(group, totals, strict=True)
+            if first_by_seed.get(r.seed)
+        ]
         mean = statistics.fmean(totals)
         baseline = mean if baseline is None else baseline
         nodes = group[0].nodes
@@ -187,6 +195,7 @@ def table_rows(runs: list[RunData]) -> list[dict[str, Any]]:
                 "min": min(totals),
                 "max": max(totals),
                 "ratio": mean / baseline if baseline else float("nan"),
+                "paired": paired,
                 "final": statistics.fmean(finals) if finals else None,
                 "external": statistics.fmean(external) if external else 0.0,
                 "trained": statistics.fmean(trained) if trained else None,
@@ -234,22 +243,30 @@ def markdown(runs: list[RunData], title: str) -> str:
         "",
         "Cumulative reward: per run, the sum over rounds of each node's mean reward on its "
         "own samples, averaged over the run's nodes; then mean ± std (and min-max) over "
-        f"seeds. `vs {first}` divides by the first configuration's mean. Final reward: mean "
+        f"seeds. `vs {first}` divides by the first configuration's mean; `paired` is the "
+        f"ratio to {first} run with the same seed (same base model and task streams), mean "
+        "and min-max over seeds. Final reward: mean "
         "over the last 10% of rounds. Informative groups: groups with reward variance "
         "(the only ones with a GRPO signal) trained per round, local and external.",
         "",
         f"| configuration | I/J | model | nodes | seeds | rounds | cumulative reward "
-        f"| min-max | vs {first} | final reward | external groups/round "
+        f"| min-max | vs {first} | paired | final reward | external groups/round "
         "| informative groups trained/round |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         final = "-" if row["final"] is None else f"{row['final']:.3f}"
         trained = "-" if row["trained"] is None else f"{row['trained']:.2f}"
+        paired = (
+            f"{statistics.fmean(row['paired']):.2f}x ({min(row['paired']):.2f}-"
+            f"{max(row['paired']):.2f})"
+            if row["paired"]
+            else "-"
+        )
         lines.append(
             f"| {row['label']} | {row['mix']} | {row['models']} | {row['nodes']} "
             f"| {row['seeds']} | {row['rounds']} | {row['mean']:.2f} ± {row['std']:.2f} "
-            f"| {row['min']:.2f}-{row['max']:.2f} | {row['ratio']:.2f}x | {final} "
+            f"| {row['min']:.2f}-{row['max']:.2f} | {row['ratio']:.2f}x | {paired} | {final} "
             f"| {row['external']:.2f} | {trained} |"
         )
     groups = group_rows(runs)

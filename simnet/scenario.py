@@ -215,8 +215,9 @@ class NodeGroupSpec(StrictModel):
     """`stub` (no torch: synthetic rollouts, toy learning rule, for protocol-scale runs) or
     a policy model for the real learner (`builtin:tiny`, `builtin:tiny-2x`, a hub id)."""
     init: Literal["per_node", "shared"] = "per_node"
-    """Model init (and sampling) seed: different per node, or one per group and run seed
-    (all start from the same weights; note that they then also share sampling seeds)."""
+    """Model init seed: different per node, or one per group and run seed (all start from
+    the same random weights). Ignored for the weights when `warmstart` is set (then every
+    node of a model starts from the same base)."""
     stub: StubSpec = StubSpec()
     """Parameters of the stub learner (stub model only)."""
     compute: ComputeSpec | None = None

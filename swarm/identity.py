@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from dataclasses import dataclass
@@ -132,7 +133,7 @@ class Identity:
     def public_bytes(self) -> bytes:
         return self.private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
-    @property
+    @functools.cached_property
     def peer_id(self) -> str:
         return peer_id_from_public_bytes(self.public_bytes)
 

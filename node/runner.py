@@ -41,6 +41,7 @@ log = logging.getLogger("swarm.node")
 
 Offload = Callable[..., Awaitable[Any]]
 ANNOUNCE_EVERY_S = 5.0
+MAX_PEERS_TRACKED = 4096
 NOT_THE_PEERS_FAULT = frozenset({"zero_variance", "stale", "pending_full", "deltas_disabled"})
 
 
@@ -206,6 +207,9 @@ class Node:
                 envelope.round,
                 self.clock.now(),
             )
+            if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
+                oldest = min(self.peers, key=lambda peer: self.peers[peer].last_seen)
+                del self.peers[oldest]
         elif isinstance(message, RolloutBatch):
             for group in message.groups:
                 try:

@@ -29,14 +29,13 @@ from rich.table import Table
 
 from gossip.layer import Gossip
 from gossip.memory import MemoryNetwork, MemoryTransport
-from node.deltas import model_params
 from node.metrics import read_metrics
 from node.policy_learner import PolicyLearner
 from node.runner import Node
+from simnet.hostile import PoisonLearner
 from swarm.clock import WallClock
 from swarm.config import NodeConfig, parse_config
 from swarm.identity import Identity
-from swarm.messages import DeltaPacket
 
 SETTINGS: dict[str, dict[str, Any] | None] = {
     "no deltas": None,
@@ -48,25 +47,6 @@ SETTINGS: dict[str, dict[str, Any] | None] = {
     "undefended (mean, no clip) + 1 poisoner": {"aggregator": "mean", "clip_multiple": None},
 }
 POISONED = "default + 1 poisoner"
-
-
-class PoisonLearner(PolicyLearner):
-    """Trains honestly, but publishes its delta scaled by -1000 and never merges."""
-
-    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
-        if self.deltas is None or not self.deltas.due(self.policy_version):
-            return None, None
-        # Reaches into the exchange's baseline and residual (benchmark only) so that every
-        # packet is exactly -1000x this node's true update, not a compounding one.
-        exchange = self.deltas
-        real = {n: p.detach().float() for n, p in model_params(self.model).items()}
-        last = exchange._last_shared
-        fake = {n: last[n] + (real[n] - last[n]) * -1000.0 for n in real}
-        packet = exchange.maybe_make_packet(self.policy_version, fake)
-        for name, tensor in last.items():
-            tensor.copy_(real[name])
-        exchange._residual = {n: t.zero_() for n, t in exchange._residual.items()}
-        return packet, {"poison": True}
 
 
 def node_config(

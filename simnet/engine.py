@@ -263,7 +263,7 @@ class Simulation:
         index = 0
         for group in scenario.nodes:
             for name in group.node_names():
-                init_key = group.name if group.init == "shared" else name
+                init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
                 data = node_config_data(
                     scenario,
                     self.variant,
@@ -291,7 +291,12 @@ class Simulation:
             )
         from node.policy_learner import PolicyLearner  # torch: only for real models
 
-        learner = PolicyLearner(config)
+        if plan.group.behavior == "poison_deltas":
+            from simnet.hostile import PoisonLearner
+
+            learner: PolicyLearner = PoisonLearner(config)
+        else:
+            learner = PolicyLearner(config)
         warmstart = self.scenario.warmstart
         if warmstart is not None:
             from simnet.base_model import apply_base, base_state

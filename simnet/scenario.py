@@ -15,7 +15,8 @@ Invariants:
   and `tasks.seed` belong to simnet (names, data dirs, the memory network, seeds derived
   from the run seed) and may not be overridden.
 - Nothing here imports simnet's engine, node/ or torch: the schema is plain data.
-- Room for hostile peers: `NodeGroupSpec.behavior` is the switch (only `honest` today).
+- Hostile peers: `NodeGroupSpec.behavior` is the switch (`honest`, or `poison_deltas`
+  whose learner lives in `simnet.hostile`).
 """
 
 from __future__ import annotations
@@ -214,10 +215,13 @@ class NodeGroupSpec(StrictModel):
     model: str = "stub"
     """`stub` (no torch: synthetic rollouts, toy learning rule, for protocol-scale runs) or
     a policy model for the real learner (`builtin:tiny`, `builtin:tiny-2x`, a hub id)."""
-    init: Literal["per_node", "shared"] = "per_node"
-    """Model init seed: different per node, or one per group and run seed (all start from
-    the same random weights). Ignored for the weights when `warmstart` is set (then every
-    node of a model starts from the same base)."""
+    init: Literal["per_node", "shared", "family"] = "per_node"
+    """Model init seed: different per node; one per group and run seed (`shared`: the
+    group's nodes start from the same random weights); or one per model and run seed
+    (`family`: every `family` node of this model, in any group, starts from the same
+    weights, so they form one model family and accept each other's weight deltas).
+    Ignored for the weights when `warmstart` is set (then every node of a model starts
+    from the same base), though the model family still follows the init seed."""
     stub: StubSpec = StubSpec()
     """Parameters of the stub learner (stub model only)."""
     compute: ComputeSpec | None = None
@@ -225,8 +229,17 @@ class NodeGroupSpec(StrictModel):
     config: SectionOverrides = {}
     """Node-config sections for these nodes, over the scenario's and variant's `defaults`
     (e.g. `sapo = { local_groups = 6, external_groups = 2 }`)."""
-    behavior: Literal["honest"] = "honest"
-    """How these nodes behave (hostile behaviours are a later extension)."""
+    behavior: Literal["honest", "poison_deltas"] = "honest"
+    """How these nodes behave. `honest`: the production learner. `poison_deltas` (real
+    models only): a `simnet.hostile.PoisonLearner` that trains honestly but publishes
+    every weight delta scaled by -1000 and never merges peers' (needs `deltas.enabled`
+    to have any effect; give the group `init = "family"` so its packets are accepted)."""
+
+    @model_validator(mode="after")
+    def _behavior_fits_model(self) -> NodeGroupSpec:
+        if self.behavior == "poison_deltas" and self.model == "stub":
+            raise ValueError("behavior 'poison_deltas' needs a real model, not 'stub'")
+        return self
 
     def node_names(self) -> list[str]:
         if self.count == 1:

@@ -1,0 +1,38 @@
+"""Hostile learners for simnet's `NodeGroupSpec.behavior` (and the delta benchmark).
+
+Invariants:
+- A hostile learner is a real `PolicyLearner` (same model family, same topics, same
+  round loop) that misbehaves in exactly one documented way; everything else is honest.
+- torch is imported here (through `node.policy_learner`): simnet imports this module only
+  for real-model groups with a hostile behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from node.deltas import model_params
+from node.policy_learner import PolicyLearner
+from swarm.messages import DeltaPacket
+
+POISON_SCALE = -1000.0
+"""Factor a `PoisonLearner` applies to its true update before publishing it."""
+
+
+class PoisonLearner(PolicyLearner):
+    """Trains honestly, but publishes its delta scaled by `POISON_SCALE` and never merges."""
+
+    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
+        if self.deltas is None or not self.deltas.due(self.policy_version):
+            return None, None
+        # Reaches into the exchange's baseline and residual so that every packet is
+        # exactly POISON_SCALE x this node's true update, not a compounding one.
+        exchange = self.deltas
+        real = {n: p.detach().float() for n, p in model_params(self.model).items()}
+        last = exchange._last_shared
+        fake = {n: last[n] + (real[n] - last[n]) * POISON_SCALE for n in real}
+        packet = exchange.maybe_make_packet(self.policy_version, fake)
+        for name, tensor in last.items():
+            tensor.copy_(real[name])
+        exchange._residual = {n: t.zero_() for n, t in exchange._residual.items()}
+        return packet, {"poison": True}

@@ -52,7 +52,7 @@ def _wait(procs: list[subprocess.Popen], timeout: float) -> list[int]:
 
 
 def test_three_join_processes_share_rollouts(tmp_path: Path) -> None:
-    rounds = 14
+    rounds = 20
     configs = write_configs(3, rounds, tmp_path)
     procs = []
     for index, config in enumerate(configs):

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,11 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from node.build import apply_overrides, build_node
-from node.demo import write_configs
+from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.config import load_config
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def run_silo(root: Path, rounds: int) -> list[dict]:
@@ -45,9 +41,8 @@ def run_swarm(root: Path, rounds: int, nodes: int = 3) -> list[list[dict]]:
     configs = write_configs(nodes, rounds, root / "swarm")
     procs = []
     for config in configs:
-        cmd = [sys.executable, "-m", "cli.main", "join", "-c", str(config), "--rounds", str(rounds)]
         procs.append(
-            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+            spawn_join(config, rounds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         )
         time.sleep(0.3)
     for proc in procs:

@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -296,16 +297,13 @@ def demo(
     sys.exit(run_demo(nodes, rounds, out, console))
 
 
-def _mount_simnet() -> None:
-    from cli.simnet_cmd import report_command, simnet_app
-
-    app.add_typer(
-        simnet_app, name="simnet", help="Simulated networks of many nodes in one process."
-    )
-    app.command("report")(report_command)
+def _mount_plugins() -> None:
+    """Commands other packages register under the `swarm.cli` entry point (simnet's)."""
+    for entry in entry_points(group="swarm.cli"):
+        entry.load()(app)
 
 
-_mount_simnet()
+_mount_plugins()
 
 if __name__ == "__main__":
     app()

@@ -80,6 +80,19 @@ def write_configs(nodes: int, rounds: int, out: Path) -> list[Path]:
     return paths
 
 
+JOIN_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+"""Several nodes share a small machine: one torch thread each."""
+
+
+def spawn_join(config: Path, rounds: int, *, stdout: Any, stderr: Any) -> subprocess.Popen:
+    """Start `swarm join --json` for `config` as its own OS process (one torch thread)."""
+    command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
+    command += ["--rounds", str(rounds), "--json"]
+    return subprocess.Popen(
+        command, stdout=stdout, stderr=stderr, text=True, env={**os.environ, **JOIN_ENV}
+    )
+
+
 def _pump(name: str, stream: Any, lines: queue.Queue) -> None:
     for line in stream:
         lines.put((name, line))
@@ -91,7 +104,6 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     configs = write_configs(nodes, rounds, out)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     procs: dict[str, subprocess.Popen] = {}
     lines: queue.Queue = queue.Queue()
     console.print(
@@ -100,23 +112,7 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
     for index, config in enumerate(configs):
         name = f"node-{index}"
         log = (out / f"{name}.log").open("w")
-        procs[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cli.main",
-                "join",
-                "--config",
-                str(config),
-                "--rounds",
-                str(rounds),
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=env,
-        )
+        procs[name] = spawn_join(config, rounds, stdout=subprocess.PIPE, stderr=log)
         threading.Thread(target=_pump, args=(name, procs[name].stdout, lines), daemon=True).start()
         time.sleep(0.5)  # let each listener come up before the next one dials it
     open_streams = len(procs)

@@ -2,8 +2,9 @@
 
 Public API (import from the modules; this package init imports nothing):
 - `simnet.scenario`: `Scenario` and its parts, `load_scenario(path)`, `parse_scenario(dict)`.
-- `simnet.engine`: `run_scenario(scenario_or_path, out_dir, progress)`, `Simulation` (one
-  run: `probe`, `run`, `summary`), `Progress`, `TimedLearner`.
+- `simnet.runs`: `run_scenario(scenario_or_path, out_dir, progress)`.
+- `simnet.engine`: `Simulation` (one run: `probe`, `run`, `summary`); `simnet.sim_nodes`:
+  `Progress`, `TimedLearner`.
 - `simnet.report`: `write_report(dir)`, `load_runs`, `table_rows`.
 - `simnet.network`: `LinkModel`, `SimNetwork`, `mesh_topology`; `simnet.clock`:
   `Scheduler`, `VirtualClock`, `Process`, `run_now`; `simnet.stub`: `StubLearner`.

@@ -30,187 +30,48 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import hashlib
 import json
 import random
-import shutil
 import statistics
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gossip.layer import Gossip
 from gossip.memory import MemoryTransport
-from node.learner import ExternalGroup, Learner, LocalGroup, SampleResult, TrainResult
+from node.learner import Learner, SampleResult, TrainResult
 from node.metrics import MetricsWriter
 from node.runner import Node, RoundReport
 from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
 from simnet.scenario import (
     ChurnFault,
-    ComputeSpec,
     LeaveFault,
-    NodeGroupSpec,
     PartitionFault,
     Scenario,
     VariantSpec,
-    load_scenario,
     node_config_data,
 )
 from simnet.shared import shared_pure_work
+from simnet.sim_nodes import (
+    NodePlan,
+    SimNode,
+    TimedLearner,
+    derive,
+    derive_bytes,
+    fewer_young_gc_passes,
+)
 from simnet.stub import StubLearner
-from swarm.config import NodeConfig, parse_config
-from swarm.errors import ConfigError
+from swarm.config import parse_config
 from swarm.identity import Identity
-from swarm.messages import DeltaPacket, Hello, TaskRef
+from swarm.messages import Hello
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
-YOUNG_GC_THRESHOLD = 50_000
 FINAL_FRACTION = 0.1
 """`final_reward` is the mean reward over the last this fraction of rounds."""
-
-
-@contextmanager
-def _fewer_young_gc_passes() -> Iterator[None]:
-    """Raise the youngest GC generation's threshold while a run goes (it allocates many
-    short-lived objects, almost none in cycles); restored afterwards."""
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], YOUNG_GC_THRESHOLD), old[1], old[2])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-
-
-def derive(seed: int, *parts: object) -> int:
-    """A 31-bit seed derived from the run seed and a label (stable across platforms)."""
-    text = ":".join(str(p) for p in ("simnet", seed, *parts))
-    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % (2**31)
-
-
-def derive_bytes(seed: int, *parts: object) -> bytes:
-    text = ":".join(str(p) for p in ("simnet-key", seed, *parts))
-    return hashlib.blake2b(text.encode(), digest_size=32).digest()
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What `run_scenario` reports as it goes."""
-
-    run: str
-    """`<variant>/seed-<n>` (or `seed-<n>`)."""
-    run_index: int
-    runs_total: int
-    node_rounds_done: int
-    node_rounds_total: int
-    virtual_s: float
-    finished: bool = False
-    summary: dict[str, Any] | None = None
-    """The run summary, once `finished`."""
-
-
-ProgressFn = Callable[[Progress], None]
-
-
-def _is_wall_time(key: str) -> bool:
-    return (
-        key in ("seconds", "time")
-        or key.startswith("time_")
-        or key.endswith(("_s", "_seconds", "_time"))
-    )
-
-
-class TimedLearner:
-    """A `Learner` wrapper that reports modeled virtual durations instead of measured ones.
-
-    Sampling takes `sample_s_per_group` per local group; training takes
-    `train_s_per_group` per group trained plus `round_overhead_s`; each scaled by a
-    jitter factor from the node's own seeded RNG. Measured wall times in the training
-    stats (keys named like `seconds`, `time_*`, `*_s`) would break determinism: `seconds`
-    becomes the modeled training time, the others None.
-    """
-
-    def __init__(self, inner: Learner, compute: ComputeSpec, rng: random.Random) -> None:
-        self.inner = inner
-        self.compute = compute
-        self.rng = rng
-        self.model_id = inner.model_id
-        self.model_family = inner.model_family
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    def _factor(self) -> float:
-        jitter = self.compute.jitter
-        return self.rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0
-
-    def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
-        result = self.inner.sample(refs, seed)
-        seconds = len(refs) * self.compute.sample_s_per_group * self._factor()
-        return SampleResult(result.groups, seconds, 0.0)
-
-    def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
-        result = self.inner.train(local, external)
-        groups = len(local) + len(external)
-        seconds = groups * self.compute.train_s_per_group + self.compute.round_overhead_s
-        seconds *= self._factor()
-        stats = {
-            key: (round(seconds, 4) if key == "seconds" else None) if _is_wall_time(key) else v
-            for key, v in result.stats.items()
-        }
-        return TrainResult(stats, seconds)
-
-    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
-        self.inner.receive_delta(sender, round, packet, own_round)
-
-    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
-        return self.inner.share_deltas(own_round)
-
-    def save(self, directory: Path, manifest: dict[str, Any]) -> None:
-        self.inner.save(directory, manifest)
-
-    def load(self, directory: Path) -> dict[str, Any]:
-        return self.inner.load(directory)
-
-
-@dataclass
-class NodePlan:
-    """One node of a run, resolved from the scenario."""
-
-    index: int
-    name: str
-    group: NodeGroupSpec
-    config: NodeConfig
-    compute: ComputeSpec
-    identity: Identity
-
-
-@dataclass
-class SimNode:
-    """A node's life in the simulation, across incarnations (leave and rejoin)."""
-
-    plan: NodePlan
-    node: Node | None = None
-    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
-    writer: MetricsWriter | None = None
-    incarnation: int = 0
-    online: bool = False
-    finished: bool = False
-    gone: bool = False
-    leaving: bool = False
-    rejoin_at: float | None = None
-    rewards: dict[int, float | None] = field(default_factory=dict)
-    external: dict[int, int] = field(default_factory=dict)
-    resumed_from: list[int] = field(default_factory=list)
 
 
 class Simulation:
@@ -564,7 +425,7 @@ class Simulation:
 
         sharing = shared_pure_work() if self.scenario.share_pure_work else nullcontext()
         try:
-            with sharing, _fewer_young_gc_passes():
+            with sharing, fewer_young_gc_passes():
                 self.scheduler.run(start)
         finally:
             for sn in self.nodes:
@@ -631,126 +492,3 @@ class Simulation:
 
 
 # ---- scenarios -------------------------------------------------------------------------
-
-
-def run_dir_for(out_dir: Path, variant: VariantSpec | None, seed: int) -> Path:
-    base = Path(out_dir) / variant.name if variant is not None else Path(out_dir)
-    return base / f"seed-{seed}"
-
-
-def _prepare(run_dir: Path, overwrite: bool) -> None:
-    if run_dir.exists() and any(run_dir.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"{run_dir}: exists and is not empty (use --force to replace it)")
-        shutil.rmtree(run_dir)
-
-
-def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per configuration (variant): mean, std, min and max over seeds of the node-mean
-    cumulative reward, with the ratio to the first configuration."""
-    order: list[str] = []
-    by_label: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        if run["label"] not in by_label:
-            order.append(run["label"])
-        by_label.setdefault(run["label"], []).append(run)
-    rows = []
-    baseline: float | None = None
-    for label in order:
-        group = by_label[label]
-        values = [r["cumulative_reward"] for r in group]
-        mean = statistics.fmean(values)
-        if baseline is None:
-            baseline = mean
-        finals = [r["final_reward"] for r in group if r["final_reward"] is not None]
-        rows.append(
-            {
-                "label": label,
-                "variant": group[0]["variant"],
-                "seeds": len(group),
-                "cumulative_mean": mean,
-                "cumulative_std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                "cumulative_min": min(values),
-                "cumulative_max": max(values),
-                "vs_first": mean / baseline if baseline else None,
-                "final_reward": statistics.fmean(finals) if finals else None,
-                "external_per_round": statistics.fmean(r["external_per_round"] for r in group),
-            }
-        )
-    return rows
-
-
-def run_scenario(
-    scenario: Scenario | str | Path,
-    out_dir: str | Path,
-    progress: ProgressFn | None = None,
-    *,
-    seeds: list[int] | None = None,
-    variants: list[str] | None = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Run every (variant, seed) of a scenario under `out_dir`; return the summary that is
-    also written to `<out_dir>/summary.json`.
-
-    Layout: `<out_dir>[/<variant>]/seed-<n>/<node>/metrics.jsonl` and `.../run.json`.
-    `seeds` and `variants` (names) restrict what runs.
-    """
-    if not isinstance(scenario, Scenario):
-        scenario = load_scenario(scenario)
-    out = Path(out_dir)
-    chosen_seeds = list(scenario.seeds if seeds is None else seeds)
-    chosen = scenario.variant_list()
-    if variants is not None:
-        known = {v.name for v in scenario.variants}
-        unknown = sorted(set(variants) - known)
-        if unknown:
-            raise ConfigError(f"unknown variant(s) {unknown}; the scenario has {sorted(known)}")
-        chosen = [v for v in chosen if v is not None and v.name in variants]
-    if any(g.model != "stub" for g in scenario.nodes):
-        import torch  # only real models need it
-
-        torch.set_num_threads(scenario.torch_threads)
-    plan = [(v, s) for v in chosen for s in chosen_seeds]
-    for variant, seed in plan:
-        _prepare(run_dir_for(out, variant, seed), overwrite)
-    runs = []
-    for number, (variant, seed) in enumerate(plan):
-        run_dir = run_dir_for(out, variant, seed)
-        label = str(run_dir.relative_to(out))
-
-        def report(done: int, total: int, now: float, label: str = label, i: int = number) -> None:
-            if progress is not None:
-                progress(Progress(label, i, len(plan), done, total, now))
-
-        started = time.perf_counter()
-        summary = Simulation(scenario, variant, seed, run_dir, progress=report).run()
-        wall = time.perf_counter() - started
-        runs.append(
-            {
-                "dir": label,
-                "variant": summary["variant"],
-                "label": summary["label"],
-                "seed": seed,
-                "cumulative_reward": summary["cumulative_reward"],
-                "final_reward": summary["final_reward"],
-                "external_per_round": summary["external_per_round"],
-                "wall_s": round(wall, 3),
-            }
-        )
-        if progress is not None:
-            total = len(summary["nodes"]) * scenario.rounds
-            progress(
-                Progress(
-                    label, number, len(plan), total, total, summary["virtual_s"], True, summary
-                )
-            )
-    result = {
-        "scenario": scenario.name,
-        "description": scenario.description,
-        "rounds": scenario.rounds,
-        "runs": runs,
-        "configurations": aggregate(runs),
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(result, indent=1, sort_keys=True))
-    return result

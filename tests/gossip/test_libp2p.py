@@ -214,19 +214,19 @@ def test_two_in_process_transports_exchange_max_size_and_bursts() -> None:
 def test_outbound_queue_bounds_bytes_and_reports_refusals_to_the_publisher() -> None:
     from libp2p.pubsub.pb import rpc_pb2
 
-    from gossip import libp2p as mod
+    from gossip import libp2p_patches as mod
 
-    queue = mod._BoundedPriorityQueue(max_size=100, max_bytes=250_000, peer="peer-x")
+    queue = mod.BoundedPriorityQueue(max_size=100, max_bytes=250_000, peer="peer-x")
     rpc = rpc_pb2.RPC(publish=[rpc_pb2.Message(data=b"x" * 100_000, topicIDs=["t"])])
     assert queue.push(rpc) and queue.push(rpc)
     assert queue.queued_bytes == 2 * rpc.ByteSize()
     assert not queue.has_room(100_000)
     refused: list[str] = []
-    token = mod._refused_rpcs.set(refused)
+    token = mod.refused_rpcs.set(refused)
     try:
         assert not queue.push(rpc)  # a third would exceed 250 kB
     finally:
-        mod._refused_rpcs.reset(token)
+        mod.refused_rpcs.reset(token)
     assert refused == ["peer-x"] and queue.refused == 1
     assert queue.pop() is rpc and queue.pop() is rpc and queue.pop() is None
     assert queue.queued_bytes == 0 and queue.has_room(100_000)
@@ -236,9 +236,9 @@ def test_equivocation_memory_is_bounded_and_still_detects() -> None:
     from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
     from libp2p.pubsub.pb import rpc_pb2
 
-    from gossip import libp2p as mod
+    from gossip import libp2p_patches as mod
 
-    router = mod._SwarmGossipSub(
+    router = mod.SwarmGossipSub(
         protocols=[PROTOCOL_ID_V11], degree=6, degree_low=4, degree_high=12
     )
 

@@ -6,36 +6,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from node.demo import write_configs
+from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _join(config: Path, rounds: int, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "join",
-            "--config",
-            str(config),
-            "--rounds",
-            str(rounds),
-            "--json",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("a"),
-        env=ENV,
-    )
+    return spawn_join(config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"))
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float) -> list[int]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simnet.engine import Simulation, run_scenario
+from simnet.engine import Simulation
+from simnet.runs import run_scenario
 from tests.simnet.helpers import records, scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"

@@ -9,9 +9,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cli.simnet_cmd import report_command, simnet_app
-from simnet.engine import run_scenario
+from simnet.cli import report_command, simnet_app
 from simnet.report import load_runs, table_rows, write_report
+from simnet.runs import run_scenario
 from swarm.errors import ConfigError
 from tests.simnet.helpers import scenario
 

@@ -1,7 +1,8 @@
 """`swarm simnet run SCENARIO` and `swarm report DIR`: parsing and printing only.
 
-Mounted by `cli.main`: `app.add_typer(simnet_app, name="simnet")` and
-`app.command("report")(report_command)`.
+Registered with the `swarm` CLI through the `swarm.cli` entry point (`register`), so the
+production CLI never imports simnet by name; without simnet installed the commands are
+simply absent.
 
 Invariants:
 - simnet (and matplotlib, and torch for real-model scenarios) is imported inside the
@@ -81,10 +82,10 @@ def run_command(
     """Run a scenario: every variant x seed, with progress; per-node JSONL and a summary."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from simnet.engine import Progress as SimProgress
-    from simnet.engine import run_scenario
     from simnet.report import write_report
+    from simnet.runs import run_scenario
     from simnet.scenario import load_scenario
+    from simnet.sim_nodes import Progress as SimProgress
 
     try:
         loaded = load_scenario(scenario)
@@ -147,3 +148,11 @@ def report_command(
     for path in paths:
         console.print(f"wrote {path}", highlight=False)
     console.print(paths[-1].read_text(), highlight=False, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Entry point `swarm.cli`: mount `swarm simnet ...` and `swarm report` on `app`."""
+    app.add_typer(
+        simnet_app, name="simnet", help="Simulated networks of many nodes in one process."
+    )
+    app.command("report")(report_command)

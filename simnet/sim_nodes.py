@@ -1,0 +1,167 @@
+"""The pieces a simulation is made of: seed derivation, modeled compute time, node plans.
+
+Invariants: every seed derives from the run seed and names (`derive`), never from global
+RNG state; `TimedLearner` reports modeled virtual durations, never wall time, so metrics
+stay deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node.learner import ExternalGroup, Learner, LocalGroup, SampleResult, TrainResult
+from node.metrics import MetricsWriter
+from node.runner import Node
+from simnet.scenario import (
+    ComputeSpec,
+    NodeGroupSpec,
+)
+from swarm.config import NodeConfig
+from swarm.identity import Identity
+from swarm.messages import DeltaPacket, TaskRef
+
+YOUNG_GC_THRESHOLD = 50_000
+
+
+@contextmanager
+def fewer_young_gc_passes() -> Iterator[None]:
+    """Raise the youngest GC generation's threshold while a run goes (it allocates many
+    short-lived objects, almost none in cycles); restored afterwards."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], YOUNG_GC_THRESHOLD), old[1], old[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+def derive(seed: int, *parts: object) -> int:
+    """A 31-bit seed derived from the run seed and a label (stable across platforms)."""
+    text = ":".join(str(p) for p in ("simnet", seed, *parts))
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (2**31)
+
+
+def derive_bytes(seed: int, *parts: object) -> bytes:
+    text = ":".join(str(p) for p in ("simnet-key", seed, *parts))
+    return hashlib.blake2b(text.encode(), digest_size=32).digest()
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What `run_scenario` reports as it goes."""
+
+    run: str
+    """`<variant>/seed-<n>` (or `seed-<n>`)."""
+    run_index: int
+    runs_total: int
+    node_rounds_done: int
+    node_rounds_total: int
+    virtual_s: float
+    finished: bool = False
+    summary: dict[str, Any] | None = None
+    """The run summary, once `finished`."""
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def _is_wall_time(key: str) -> bool:
+    return (
+        key in ("seconds", "time")
+        or key.startswith("time_")
+        or key.endswith(("_s", "_seconds", "_time"))
+    )
+
+
+class TimedLearner:
+    """A `Learner` wrapper that reports modeled virtual durations instead of measured ones.
+
+    Sampling takes `sample_s_per_group` per local group; training takes
+    `train_s_per_group` per group trained plus `round_overhead_s`; each scaled by a
+    jitter factor from the node's own seeded RNG. Measured wall times in the training
+    stats (keys named like `seconds`, `time_*`, `*_s`) would break determinism: `seconds`
+    becomes the modeled training time, the others None.
+    """
+
+    def __init__(self, inner: Learner, compute: ComputeSpec, rng: random.Random) -> None:
+        self.inner = inner
+        self.compute = compute
+        self.rng = rng
+        self.model_id = inner.model_id
+        self.model_family = inner.model_family
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    def _factor(self) -> float:
+        jitter = self.compute.jitter
+        return self.rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0
+
+    def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
+        result = self.inner.sample(refs, seed)
+        seconds = len(refs) * self.compute.sample_s_per_group * self._factor()
+        return SampleResult(result.groups, seconds, 0.0)
+
+    def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
+        result = self.inner.train(local, external)
+        groups = len(local) + len(external)
+        seconds = groups * self.compute.train_s_per_group + self.compute.round_overhead_s
+        seconds *= self._factor()
+        stats = {
+            key: (round(seconds, 4) if key == "seconds" else None) if _is_wall_time(key) else v
+            for key, v in result.stats.items()
+        }
+        return TrainResult(stats, seconds)
+
+    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+        self.inner.receive_delta(sender, round, packet, own_round)
+
+    def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
+        return self.inner.share_deltas(own_round)
+
+    def save(self, directory: Path, manifest: dict[str, Any]) -> None:
+        self.inner.save(directory, manifest)
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        return self.inner.load(directory)
+
+
+@dataclass
+class NodePlan:
+    """One node of a run, resolved from the scenario."""
+
+    index: int
+    name: str
+    group: NodeGroupSpec
+    config: NodeConfig
+    compute: ComputeSpec
+    identity: Identity
+
+
+@dataclass
+class SimNode:
+    """A node's life in the simulation, across incarnations (leave and rejoin)."""
+
+    plan: NodePlan
+    node: Node | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    writer: MetricsWriter | None = None
+    incarnation: int = 0
+    online: bool = False
+    finished: bool = False
+    gone: bool = False
+    leaving: bool = False
+    rejoin_at: float | None = None
+    rewards: dict[int, float | None] = field(default_factory=dict)
+    external: dict[int, int] = field(default_factory=dict)
+    resumed_from: list[int] = field(default_factory=list)

@@ -1,7 +1,13 @@
 """The `swarm` command line: parsing and printing only; the work lives in node/.
 
-Invariant: a user mistake (bad config, missing key file, bad flag value) prints one
-line starting with `error:` and exits with status 2, never a traceback.
+Invariants:
+- A user mistake (bad config, missing key file, bad flag value) prints one line starting
+  with `error:` and exits with status 2, never a traceback.
+- `swarm train` / `swarm join` keep training when a checkpoint cannot be written (disk
+  full, I/O error: the node logs each failure and retries at the next interval). At the
+  end they print how many writes failed; if the *final* checkpoint failed, the rounds
+  since the newest checkpoint on disk would be lost on restart, so they print `error:`
+  with the round a restart resumes from and exit with status 1.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,6 +30,9 @@ from swarm.config import NodeConfig, load_config
 from swarm.config.template import render_config
 from swarm.errors import ConfigError
 from swarm.identity import load_key_file, write_key_file
+
+if TYPE_CHECKING:
+    from node.runner import Node
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="A decentralized RL post-training node."
@@ -165,6 +174,37 @@ DataDirOpt = Annotated[Path | None, typer.Option(help="Data dir (checkpoints, me
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Node config file.")]
 
 
+def _report_checkpoints(node: Node) -> bool:
+    """Print what went wrong with checkpoints during the run; False if the final one
+    could not be written (the caller exits with status 1)."""
+    from node import checkpoints
+
+    if not node.checkpoint_errors:
+        return True
+    final = checkpoints.checkpoint_dir(node.data_dir, node.rounds_done)
+    if checkpoints.is_valid(final):
+        err.print(
+            f"[yellow]warning:[/yellow] {node.checkpoint_errors} checkpoint write(s) failed "
+            f"(last: {node.last_checkpoint_error}); the final checkpoint {final} was written",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return True
+    latest = checkpoints.latest_valid(node.data_dir)
+    resumes = (
+        f"a restart resumes from round {checkpoints.round_of(latest)} ({latest})"
+        if latest is not None
+        else "there is no checkpoint: a restart starts from scratch"
+    )
+    err.print(
+        f"[red]error:[/red] the final checkpoint (round {node.rounds_done}) could not be "
+        f"written ({node.last_checkpoint_error}); {resumes} and redoes the rounds after it",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return False
+
+
 def _install_stop_handlers(stop: Callable[[], None]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -202,7 +242,7 @@ def join(
         else:
             print_round(console, config.node.name, report.record)
 
-    async def run() -> int:
+    async def run() -> Node:
         node = build_node(config, on_round=show)
         resumed = node.resume()
         if resumed is not None:
@@ -214,10 +254,13 @@ def join(
             for addr in node.listen_addrs():
                 err.print(f"listening on {addr}")
 
-        return await node.run(rounds, on_started=started)
+        await node.run(rounds, on_started=started)
+        return node
 
-    done = asyncio.run(run())
-    err.print(f"stopped after round {done}; checkpoint written")
+    node = asyncio.run(run())
+    if not _report_checkpoints(node):
+        raise typer.Exit(1)
+    err.print(f"stopped after round {node.rounds_done}; checkpoint written")
 
 
 @app.command()
@@ -241,15 +284,17 @@ def train(
         str(config_path),
     )
 
-    async def run() -> int:
+    async def run() -> Node:
         node = build_node(
             config, on_round=lambda r: print_round(console, config.node.name, r.record)
         )
         node.resume()
         _install_stop_handlers(node.request_stop)
-        return await node.run(rounds)
+        await node.run(rounds)
+        return node
 
-    asyncio.run(run())
+    if not _report_checkpoints(asyncio.run(run())):
+        raise typer.Exit(1)
 
 
 @app.command()

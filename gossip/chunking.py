@@ -11,7 +11,9 @@ Invariants:
   (or spoil) another sender's message.
 - Memory is bounded: the bytes held by all partial sets together never exceed
   `max_pending_bytes`; one sender's never exceed `max_message_bytes`; there are at most
-  `max_partials` sets. A chunk that would break a bound is refused
+  `max_partials` sets. A sender over its own allowance first loses its *older* partial
+  sets (`evicted`: a set that lost a chunk in transit must not lock an honest sender out
+  until it expires). A chunk that would still break a bound is refused
   (`reassembly_full`) and its whole set dropped at once (it could never complete), and
   later chunks of that set are refused too without being stored.
 - A declared `total_size` above `max_message_bytes` is refused (`oversize`) before
@@ -90,6 +92,8 @@ class Reassembler:
         self._partials: OrderedDict[tuple[str, bytes], _Partial] = OrderedDict()
         self._per_sender: dict[str, int] = {}
         self._abandoned: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self.evicted = 0
+        """Partial sets dropped to make room for a newer set of the same sender."""
 
     def __len__(self) -> int:
         return len(self._partials)
@@ -128,6 +132,7 @@ class Reassembler:
         if partial.size + size > partial.total_size:
             self._discard(key)
             raise WireError("bad_chunk", "chunks add up to more than total_size")
+        self._make_room_for(sender, key, size)
         if (
             self.pending_bytes + size > self.max_pending_bytes
             or self.pending_for(sender) + size > self.max_message_bytes
@@ -160,6 +165,24 @@ class Reassembler:
             self._discard(key)
             expired += 1
         return expired
+
+    def _make_room_for(self, sender: str, key: tuple[str, bytes], size: int) -> None:
+        """Over its own allowance, a sender's *older* partial sets go first (counted in
+        `evicted`): one lost chunk must not lock a peer out until its set expires."""
+        while self.pending_for(sender) + size > self.max_message_bytes:
+            older = next((k for k in self._partials if k[0] == sender and k != key), None)
+            if older is None:
+                return
+            self._discard(older)
+            self._abandon(older)
+            self.evicted += 1
+
+    def discard_sender(self, sender: str) -> int:
+        """Drop every partial set of `sender` (a peer being ignored); return how many."""
+        keys = [key for key in self._partials if key[0] == sender]
+        for key in keys:
+            self._discard(key)
+        return len(keys)
 
     def clear(self) -> None:
         for key in list(self._partials):

@@ -8,7 +8,8 @@ Invariants:
   authenticated (`via`). A claimed but unverified sender is never blamed, so nobody can
   frame an honest peer by forging its id on garbage.
 - Reasons in `NOT_PENALIZED` (duplicates, our own echoes, our own memory limits, network
-  loss) are counted globally but never per peer: honest peers cause them too.
+  loss, messages of peers already ignored) are counted globally but never per peer:
+  honest peers cause them too, and an ignored peer is not blamed again for being ignored.
 - `per_peer_drops` holds at most `max_peers` peers; the least recently blamed goes first.
 """
 
@@ -17,7 +18,16 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from typing import Any
 
-NOT_PENALIZED = frozenset({"own", "duplicate", "reassembly_full", "reassembly_expired"})
+NOT_PENALIZED = frozenset(
+    {
+        "own",
+        "duplicate",
+        "reassembly_full",
+        "reassembly_expired",
+        "reassembly_evicted",
+        "ignored_peer",
+    }
+)
 DEFAULT_MAX_PEERS = 1024
 SNAPSHOT_TOP_PEERS = 10
 

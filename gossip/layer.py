@@ -6,17 +6,23 @@ and within every bound, or counts why not.
 
 Receive pipeline for each transport message (first failure wins, counted once under
 its reason in `counters.dropped`):
+0. `ignored_peer` if the transport authenticated a peer (`via`) that is being ignored
+   (see `gossip.scoring`): dropped before any decoding.
 1. `decode_envelope` with wire limits (transport `max_message_bytes` + `WIRE_MARGIN`):
-   size, structure, version, kind, swarm id, signature (`oversize`, `malformed`,
-   `bad_version`, `unknown_kind`, `wrong_swarm`, `bad_sender`, `bad_signature`).
-2. `sender_mismatch` if the transport authenticated a peer (`via`) other than the signer.
+   size, structure, version, kind, signature, then swarm id (`oversize`, `malformed`,
+   `bad_version`, `unknown_kind`, `bad_sender`, `bad_signature`, `wrong_swarm`: the
+   last is blamed on the verified signer).
+2. `sender_mismatch` if the transport authenticated a peer (`via`) other than the signer;
+   `ignored_peer` if the (claimed) signer is being ignored, checked before the
+   signature so that an ignored peer's flood costs no verification.
 3. `own` for our own messages echoed back (counted, not an error); then a whole
    (unchunked) envelope must fit `config.max_envelope_bytes` (`oversize`).
 4. `duplicate` if its (sender, seq) or the sha256 of its bytes was accepted before.
 5. `rate_limited` by the sender's token bucket (chunks count one each).
 6. Chunks (kind `chunk`): payload decoded with wire limits, `duplicate` if that content
    was already reassembled, then the `Reassembler`'s checks (`bad_chunk_hash` per chunk,
-   `oversize`, `bad_chunk`, `reassembly_full`). Once complete and whole-hash verified,
+   `oversize`, `bad_chunk`, `reassembly_full`; a sender's older partial sets making room
+   for its newer one count as `reassembly_evicted`). Once complete and whole-hash verified,
    the inner envelope is decoded with `config.max_envelope_bytes` limits, must be signed
    by the chunks' sender (`sender_mismatch`), must not itself be a chunk
    (`nested_chunk`), and goes through the duplicate check of step 4 again.
@@ -40,7 +46,10 @@ Invariants:
   wall-clock time in microseconds, so a restarted node does not reuse seqs that peers
   still remember (the only use of wall time here; simnet passes `initial_seq`).
 - All state that peers can grow is bounded: seen cache, rate-limit buckets, partial
-  chunk sets, per-peer drop counts.
+  chunk sets, per-peer drop counts, peer scores.
+- Peer scores (`scores`) are moved by every refusal blamed on an authenticated peer
+  (weights in `gossip.scoring.WEIGHTS`) and by the node's `penalize`/`credit`; an ignored
+  peer's partial chunk sets are discarded when its ignore period starts.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from typing import Any
 from gossip.chunking import MAX_CHUNKS, Reassembler, sha256, split
 from gossip.counters import GossipCounters
 from gossip.ratelimit import RateLimiter
+from gossip.scoring import PeerScores
 from gossip.seen import SeenCache
 from swarm.clock import Clock
 from swarm.codec import Limits
@@ -157,6 +167,7 @@ class Gossip:
             raise ValueError("initial_seq must be in [0, 2**63)")
         self._next_seq = seq
         self._seen = SeenCache(config.seen_cache_size)
+        self.scores = PeerScores(config.scoring, clock)
         self._limiter = RateLimiter(config.rate_limit_per_s, config.rate_burst, clock)
         self._reassembly = Reassembler(
             max_pending_bytes=config.max_reassembly_bytes,
@@ -273,7 +284,10 @@ class Gossip:
         try:
             return self._accept(message, blame)
         except WireError as exc:
-            self.counters.drop(exc.reason, blame.peer)
+            peer = blame.peer or exc.signer
+            self.counters.drop(exc.reason, peer)
+            if peer is not None:
+                self._score_refusal(peer, exc.reason)
         except Exception:
             # A decoder bug must not let one peer's message crash every node: log it
             # loudly with its traceback and count it, never silently.
@@ -290,7 +304,12 @@ class Gossip:
 
     def _accept(self, message: TransportMessage, blame: _Blame) -> Received | None:
         data = message.data
-        envelope = decode_envelope(data, self._wire_limits, self.swarm_id)
+        if message.via is not None and self.scores.is_ignored(message.via):
+            self.scores.note_ignored_message(message.via)
+            raise WireError("ignored_peer", message.via)
+        envelope = decode_envelope(
+            data, self._wire_limits, self.swarm_id, self._refuse_unverified
+        )
         if message.via is not None and message.via != envelope.sender:
             raise WireError(
                 "sender_mismatch", f"signed by {envelope.sender}, sent by {message.via}"
@@ -310,13 +329,25 @@ class Gossip:
             return self._accept_chunk(message.topic, envelope)
         return self._finish(message.topic, envelope, len(data), self._wire_payload_limits)
 
+    def _refuse_unverified(self, claimed_sender: str) -> bool:
+        """Drop a message claiming an ignored sender before paying for its signature."""
+        if self.scores.is_ignored(claimed_sender):
+            self.scores.note_ignored_message(claimed_sender)
+            return True
+        return False
+
     def _accept_chunk(self, topic: str, envelope: Envelope) -> Received | None:
         chunk = decode_payload(Chunk.KIND, envelope.payload, self._wire_payload_limits)
         if not isinstance(chunk, Chunk):
             raise WireError("malformed", "chunk payload did not decode to a chunk")
         if self._seen.has_hash(chunk.content_hash):
             raise WireError("duplicate", "content already reassembled")
-        whole = self._reassembly.add(envelope.sender, topic, chunk, self.clock.now())
+        evicted = self._reassembly.evicted
+        try:
+            whole = self._reassembly.add(envelope.sender, topic, chunk, self.clock.now())
+        finally:
+            if self._reassembly.evicted > evicted:
+                self.counters.dropped["reassembly_evicted"] += self._reassembly.evicted - evicted
         self.counters.received[Chunk.KIND] += 1
         if whole is None:
             return None
@@ -356,8 +387,22 @@ class Gossip:
     # scoring and metrics -------------------------------------------------------------
 
     def penalize(self, peer_id: str, reason: str) -> None:
-        """Record a refusal against a peer found misbehaving above this layer."""
+        """Record a refusal against a peer found misbehaving above this layer (the node's
+        re-scoring: prompt mismatches, forged rewards, bad deltas) and score it."""
         self.counters.blame(peer_id, reason)
+        self._score_refusal(peer_id, reason)
+
+    def credit(self, peer_id: str, amount: float = 1.0) -> None:
+        """Score a useful contribution (a re-scored group that entered the pool)."""
+        self.scores.credit(peer_id, amount)
+
+    def _score_refusal(self, peer_id: str, reason: str) -> None:
+        if self.scores.penalize(peer_id, reason):
+            dropped = self._reassembly.discard_sender(peer_id)
+            logger.warning(
+                "gossip: ignoring peer %s for a while (last reason %s; %d partial chunk "
+                "sets dropped)", peer_id, reason, dropped,
+            )
 
     @property
     def pending_reassembly_bytes(self) -> int:
@@ -373,4 +418,5 @@ class Gossip:
         snap["pending_reassembly_bytes"] = self._reassembly.pending_bytes
         snap["partial_sets"] = len(self._reassembly)
         snap["seen_entries"] = len(self._seen)
+        snap["scores"] = self.scores.snapshot()
         return snap

@@ -4,8 +4,8 @@ py-libp2p is trio-based. This transport runs `trio.run` in one daemon thread per
 transport and bridges the two event loops:
 
 - asyncio -> trio: `asyncio.to_thread(trio.from_thread.run, fn, ..., trio_token=token)`;
-- trio -> asyncio: `loop.call_soon_threadsafe(...)` into a bounded `asyncio.Queue`
-  (a full queue drops the message and counts it in `dropped_incoming`).
+- trio -> asyncio: pubsub hands each received message to a `gossip.inbox.Inbox`
+  (thread-safe), which wakes the asyncio reader with `loop.call_soon_threadsafe`.
 
 Invariants:
 - Security is Noise only (no plaintext, secio or TLS offered); pubsub runs with
@@ -17,8 +17,8 @@ Invariants:
   on the first dial).
 - Nothing is dropped silently by library defaults: the spam-protection rate limit is
   raised (and never applies to our own publishes), each peer's outbound RPC queue is
-  bounded by `_MAX_QUEUED_RPCS` RPCs and `_MAX_QUEUED_BYTES` bytes instead of 32 RPCs,
-  the outbound RPC size limit and `max_inbound_rpc_size` follow
+  bounded by `_MAX_QUEUED_RPCS` RPCs and max(`_MIN_OUTBOUND_BYTES`, 8 messages) bytes
+  instead of 32 RPCs, the outbound RPC size limit and `max_inbound_rpc_size` follow
   `config.max_message_bytes`, and received messages go straight from pubsub into our
   own queue (the library's 32-message subscription channel is bypassed).
 - `publish` never drops silently: it waits (bounded) for room in every peer's outbound
@@ -27,6 +27,16 @@ Invariants:
 - Memory stays bounded: equivocation detection keeps a fixed number of 16-byte
   digests (the library keeps whole messages), and the adaptive-gossip bookkeeping
   lists are pruned every heartbeat.
+- Received messages wait in an `Inbox` bounded by `receive_queue_size` messages (1024)
+  and `config.max_queued_bytes` bytes, filled in the trio thread (so messages on their
+  way to the asyncio loop count too) and never blocking it: a message that does not fit
+  is dropped at once and counted by reason (`stats()["dropped_incoming_by_reason"]`,
+  total in `dropped_incoming`). The origin (`from`, authenticated by strict signing) is
+  known there, so the inbox is fair between origins: once the queue is full no origin
+  keeps more than a quarter of the bytes, and a flooder's newest messages are the ones
+  dropped (see `gossip.inbox`).
+- GossipSub's message cache (kept for `gossip_history` heartbeats to answer IWANT) is
+  bounded by `config.max_queued_bytes` too; the oldest messages leave it first.
 - Adaptive gossip is off: degree and heartbeat are exactly those of the config (the
   library's adaptation would stretch a 1 s heartbeat to 30-60 s on a "poor health"
   score, which a 3-node test swarm always has).
@@ -35,6 +45,19 @@ Invariants:
   After `stop` (or a crash of the trio thread), `receive` raises `ConnectionError`.
 - Bootstrap peers are (re)dialed with exponential backoff while not connected; a dead
   peer never crashes the transport. mDNS is used only when `config.mdns`.
+
+Memory bound. What peers can make this transport hold is at most
+  inbox:          max(max_queued_bytes, one message) + 512 B x queued messages
+  message cache:  max_queued_bytes
+  in flight:      RPCs being read or validated, each at most max_message_bytes + 64 KiB
+                  (one RPC per stream is read at a time; its messages are queued or
+                  dropped without waiting for the node)
+  outbound:       per connected peer, max(64 MiB, 8 x max_message_bytes) and 4096 RPCs
+                  (only towards peers that read slower than we send to them).
+With the defaults (64 MiB, 1 MiB messages) a flood of any size from peers that read
+what we send them costs at most ~130 MiB here, on top of the gossip layer's own bounds
+(`GossipConfig.max_reassembly_bytes`) and allocator slack; `tests/gossip/test_flood_rss.py`
+measures it.
 """
 
 from __future__ import annotations
@@ -63,6 +86,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.address_validation import get_available_interfaces
 
+from gossip.inbox import Inbox
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
     SwarmGossipSub,
@@ -78,14 +102,18 @@ __all__ = ["RPC_OVERHEAD_BYTES", "Libp2pTransport"]
 log = logging.getLogger(__name__)
 
 RPC_OVERHEAD_BYTES = 8 * 1024
+"""Room kept inside `config.max_message_bytes` for the RPC framing around a payload
+(protobuf fields, topic, from, seqno, 64-byte signature, public key, sender record)."""
 _INBOUND_SLACK_BYTES = 64 * 1024
-_MIN_QUEUED_BYTES = 64 * (1 << 20)
+"""Accepted on top of `config.max_message_bytes` from peers whose framing differs."""
+_MIN_OUTBOUND_BYTES = 64 * (1 << 20)
 _SPAM_LIMIT_PER_S = 100_000.0
+"""GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
+bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
 _DIAL_TIMEOUT_S = 10.0
 _BACKOFF_INITIAL_S = 0.5
 _BACKOFF_MAX_S = 30.0
 _MAINTENANCE_PERIOD_S = 0.25
-_CLOSED = object()
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -133,11 +161,11 @@ class Libp2pTransport:
         self._receive_queue_size = receive_queue_size
         self._publish_timeout_s = publish_timeout_s
         self._max_rpc_bytes = config.max_message_bytes
-        self._max_queued_bytes = max(_MIN_QUEUED_BYTES, 8 * config.max_message_bytes)
+        self._max_outbound_bytes = max(_MIN_OUTBOUND_BYTES, 8 * config.max_message_bytes)
         self._bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
 
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[TransportMessage | object] | None = None
+        self._inbox: Inbox[TransportMessage] | None = None
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop_event: trio.Event | None = None
@@ -148,10 +176,7 @@ class Libp2pTransport:
         self._closing = False
         self._stopped = False
         self._failure: BaseException | None = None
-        self.dropped_incoming = 0
-        """Messages dropped because the node did not read its queue fast enough."""
         self.published = 0
-        self.received = 0
 
     # ---- Transport protocol -------------------------------------------------------
 
@@ -159,11 +184,26 @@ class Libp2pTransport:
     def max_message_bytes(self) -> int:
         return self.config.max_message_bytes - RPC_OVERHEAD_BYTES
 
+    @property
+    def received(self) -> int:
+        """Messages queued for `receive` (those later evicted from the queue included)."""
+        return self._inbox.admitted if self._inbox is not None else 0
+
+    @property
+    def dropped_incoming(self) -> int:
+        """Messages dropped because the node did not read its queue fast enough."""
+        return self._inbox.dropped_total if self._inbox is not None else 0
+
     async def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("transport already started")
         self._loop = asyncio.get_running_loop()
-        self._queue = asyncio.Queue(maxsize=self._receive_queue_size)
+        self._inbox = Inbox(
+            max_messages=self._receive_queue_size,
+            max_bytes=self.config.max_queued_bytes,
+            name="libp2p receive",
+        )
+        self._inbox.bind(self._loop)
         started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=self._thread_main,
@@ -207,14 +247,12 @@ class Libp2pTransport:
         self.published += 1
 
     async def receive(self) -> TransportMessage:
-        if self._queue is None:
+        if self._inbox is None:
             raise RuntimeError("transport not started")
-        item = await self._queue.get()
-        if item is _CLOSED:
-            self._queue.put_nowait(_CLOSED)  # wake every other reader too
-            raise ConnectionError(f"libp2p transport stopped: {self._failure!r}")
-        assert isinstance(item, TransportMessage)
-        return item
+        try:
+            return await self._inbox.get()
+        except ConnectionError:
+            raise ConnectionError(f"libp2p transport stopped: {self._failure!r}") from None
 
     def connected_peers(self) -> list[str]:
         host = self._host
@@ -247,19 +285,28 @@ class Libp2pTransport:
 
         return await self._call(read)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         refused = 0
+        outbound_bytes = 0
         pubsub = self._pubsub
         if pubsub is not None:
             for queue in tuple(pubsub.peer_queues.values()):
                 inner = queue._queue
                 if isinstance(inner, BoundedPriorityQueue):
                     refused += inner.refused
+                    outbound_bytes += inner.queued_bytes
+        inbox = self._inbox
+        gossipsub = self._gossipsub
         return {
             "published": self.published,
             "received": self.received,
             "dropped_incoming": self.dropped_incoming,
+            "dropped_incoming_by_reason": dict(inbox.dropped) if inbox is not None else {},
+            "queued_bytes": inbox.queued_bytes if inbox is not None else 0,
+            "peak_queued_bytes": inbox.peak_bytes if inbox is not None else 0,
             "outbound_refused": refused,
+            "outbound_queued_bytes": outbound_bytes,
+            "message_cache_bytes": gossipsub.mcache_bytes if gossipsub is not None else 0,
         }
 
     # ---- asyncio <-> trio bridge ----------------------------------------------------
@@ -295,45 +342,16 @@ class Libp2pTransport:
             self._signal_closed()
 
     def _signal_closed(self) -> None:
-        loop, queue = self._loop, self._queue
-        if loop is None or queue is None or loop.is_closed():
-            return
-
-        def close() -> None:
-            while queue.full():
-                queue.get_nowait()
-                self.dropped_incoming += 1
-            queue.put_nowait(_CLOSED)
-
-        try:
-            loop.call_soon_threadsafe(close)
-        except RuntimeError:
-            log.debug("asyncio loop closed before the libp2p thread ended")
+        if self._inbox is not None:
+            self._inbox.close()  # receive() drains what is queued, then raises
 
     def _on_message(self, topic: str, data: bytes, from_id: bytes) -> None:
-        """Runs in the trio thread for every message accepted by pubsub."""
-        loop = self._loop
-        if loop is None or self._closing:
+        """Runs in the trio thread for every message accepted by pubsub; never blocks."""
+        inbox = self._inbox
+        if inbox is None or self._closing:
             return
-        message = TransportMessage(topic=topic, data=data, via=ID(from_id).to_base58())
-        try:
-            loop.call_soon_threadsafe(self._deliver, message)
-        except RuntimeError:
-            self.dropped_incoming += 1  # asyncio loop closed under us
-
-    def _deliver(self, message: TransportMessage) -> None:
-        assert self._queue is not None
-        try:
-            self._queue.put_nowait(message)
-            self.received += 1
-        except asyncio.QueueFull:
-            self.dropped_incoming += 1
-            if self.dropped_incoming in (1, 10, 100) or self.dropped_incoming % 1000 == 0:
-                log.warning(
-                    "libp2p receive queue full (%d): %d messages dropped so far",
-                    self._receive_queue_size,
-                    self.dropped_incoming,
-                )
+        via = ID(from_id).to_base58()
+        inbox.offer(TransportMessage(topic=topic, data=data, via=via), len(data), via)
 
     # ---- trio side ------------------------------------------------------------------
 
@@ -360,6 +378,7 @@ class Libp2pTransport:
             heartbeat_interval=self.config.heartbeat_interval_s,  # type: ignore[arg-type]
             adaptive_gossip_enabled=False,
             max_messages_per_topic_per_second=_SPAM_LIMIT_PER_S,
+            mcache_max_bytes=self.config.max_queued_bytes,
         )
         pubsub = SwarmPubsub(
             host,
@@ -367,7 +386,7 @@ class Libp2pTransport:
             sink=self._on_message,
             max_inbound_rpc_size=self.config.max_message_bytes + _INBOUND_SLACK_BYTES,
             max_rpc_bytes=self._max_rpc_bytes,
-            max_queued_bytes=self._max_queued_bytes,
+            max_queued_bytes=self._max_outbound_bytes,
         )
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
         # Order matters: services first, then host.run (see the module docstring).

@@ -19,20 +19,16 @@ from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.pubsub import rpc_queue as _rpc_queue
 from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.mcache import MessageCache, default_msg_id_fn
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 
 log = logging.getLogger("gossip.libp2p")
 
-"""Room kept inside `config.max_message_bytes` for the RPC framing around a payload
-(protobuf fields, topic, from, seqno, 64-byte signature, public key, sender record)."""
-"""Accepted on top of `config.max_message_bytes` from peers whose framing differs."""
 _MAX_QUEUED_RPCS = 4096
 _QUEUE_SLACK_RPCS = 16
 """Publishes wait while a peer's queue has fewer than this many free RPC slots, so
 control messages and relayed traffic still fit."""
-"""GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
-bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
 _EQUIVOCATION_MEMORY = 16384
 _ADAPTIVE_LIST_WINDOW_S = 60.0
 
@@ -139,12 +135,70 @@ class SwarmPubsub(Pubsub):
                 self._sink(topic, publish_message.data, publish_message.from_id)
 
 
-class SwarmGossipSub(GossipSub):
-    """GossipSub with bounded equivocation memory and no rate limit on own publishes."""
+class BoundedMessageCache(MessageCache):
+    """GossipSub's cache of recent messages (answers to IWANT), bounded in bytes too.
 
-    def __init__(self, **kwargs: Any) -> None:
+    The library keeps every message for `history_size` heartbeats whatever their size:
+    at 30 MB/s and a 1 s heartbeat that is ~150 MB. Here, beyond `max_bytes` (sizes as
+    serialized) the oldest messages leave first; the newest one always stays.
+    """
+
+    def __init__(self, window_size: int, history_size: int, max_bytes: int) -> None:
+        super().__init__(window_size, history_size)
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.evicted = 0
+        self._sizes: dict[bytes, int] = {}
+
+    def put(self, msg: rpc_pb2.Message) -> None:
+        mid = default_msg_id_fn(msg)
+        if mid in self.msgs:
+            return
+        super().put(msg)
+        size = msg.ByteSize()
+        self._sizes[mid] = size
+        self.bytes += size
+        while self.bytes > self.max_bytes and len(self._sizes) > 1:
+            self._evict_oldest()
+
+    def shift(self) -> None:
+        for entry in self.history[-1]:
+            self._forget(entry.mid)
+        super().shift()
+
+    def _forget(self, mid: bytes) -> bool:
+        self.msgs.pop(mid, None)
+        size = self._sizes.pop(mid, None)
+        if size is None:
+            return False
+        self.bytes -= size
+        return True
+
+    def _evict_oldest(self) -> None:
+        for bucket in reversed(self.history):
+            while bucket:
+                if self._forget(bucket.pop(0).mid):
+                    self.evicted += 1
+                    return
+
+
+class SwarmGossipSub(GossipSub):
+    """GossipSub with bounded equivocation memory and message cache, and no rate limit
+    on own publishes."""
+
+    def __init__(self, *, mcache_max_bytes: int = 64 << 20, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if type(self.mcache) is not MessageCache:
+            raise RuntimeError("py-libp2p's MessageCache changed; gossip/libp2p.py needs updating")
+        self.mcache = BoundedMessageCache(
+            self.mcache.window_size, self.mcache.history_size, mcache_max_bytes
+        )
         self._digests: OrderedDict[bytes, bytes] = OrderedDict()
+
+    @property
+    def mcache_bytes(self) -> int:
+        cache = self.mcache
+        return cache.bytes if isinstance(cache, BoundedMessageCache) else 0
 
     def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
         if self.pubsub is not None and peer_id == self.pubsub.my_id:

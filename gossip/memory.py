@@ -12,8 +12,14 @@ Invariants:
   `MemoryNetwork.deliver`). The default delivers at once. A link model (latency, loss,
   partitions) replaces it and later calls `dst.enqueue(...)` itself, or never.
 - `enqueue` accepts a message only if the receiver is running and still subscribed to
-  the topic; it never blocks: each receiver has a bounded queue, and a message arriving
-  at a full queue is dropped and counted (`drops["queue_full"]`).
+  the topic; it never blocks: each receiver's queue is bounded by `queue_size` messages
+  and `config.max_queued_bytes` bytes (payload + `MESSAGE_OVERHEAD_BYTES` each; a
+  message arriving at an empty queue always fits), and a message that does not fit is
+  dropped and counted (`drops["queue_full"]`, either bound). Memory bound per receiver:
+  max(max_queued_bytes, one message) + 512 B per queued message (payload bytes are
+  shared with the publisher and the other receivers, so this over-counts).
+  There is no fairness between sources here (unlike libp2p): simnet's runs stay
+  exactly as they were, and `source` is bookkeeping, not authentication.
 - Each delivered message is a `MemoryMessage`, a `TransportMessage` that also records
   the source transport's peer id in `source` (for tests and simnet bookkeeping only; it
   is not authentication and gossip ignores it).
@@ -28,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gossip.inbox import MESSAGE_OVERHEAD_BYTES
 from swarm.config.network import MemoryTransportConfig
 from swarm.identity import Identity
 from swarm.transport import TransportMessage
@@ -135,7 +142,10 @@ class MemoryTransport:
         self.peer_id = identity if isinstance(identity, str) else identity.peer_id
         self.network = network if network is not None else get_network(config.network)
         self._max_message_bytes = config.max_message_bytes
+        self._max_queued_bytes = config.max_queued_bytes
         self._queue: asyncio.Queue[TransportMessage] = asyncio.Queue(maxsize=queue_size)
+        self.queued_bytes = 0
+        """Bytes charged for the messages in the queue (see the module docstring)."""
         self._topics: set[str] = set()
         self._running = False
         self.drops: Counter[str] = Counter()
@@ -167,6 +177,7 @@ class MemoryTransport:
         self.network.detach(self)
         while not self._queue.empty():
             self._queue.get_nowait()
+        self.queued_bytes = 0
 
     async def subscribe(self, topic: str) -> None:
         self._topics.add(topic)
@@ -181,7 +192,9 @@ class MemoryTransport:
         self.network.route(self, topic, data)
 
     async def receive(self) -> TransportMessage:
-        return await self._queue.get()
+        message = await self._queue.get()
+        self.queued_bytes -= len(message.data) + MESSAGE_OVERHEAD_BYTES
+        return message
 
     def connected_peers(self) -> list[str]:
         return self.network.connected_peers(self) if self._running else []
@@ -198,10 +211,15 @@ class MemoryTransport:
         if topic not in self._topics:
             self.drops["not_subscribed"] += 1
             return False
+        size = len(data) + MESSAGE_OVERHEAD_BYTES
+        if self.queued_bytes + size > self._max_queued_bytes and not self._queue.empty():
+            self.drops["queue_full"] += 1
+            return False
         try:
             self._queue.put_nowait(MemoryMessage(topic, data, None, source))
         except asyncio.QueueFull:
             self.drops["queue_full"] += 1
             return False
+        self.queued_bytes += size
         self.delivered += 1
         return True

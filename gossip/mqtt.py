@@ -13,14 +13,31 @@ Invariants:
 - The client identifier is derived from the peer id (`swarm-<peer id>-<random>`): the
   random suffix keeps two processes sharing a key from kicking each other off the
   broker in a reconnect loop.
-- Memory is bounded: aiomqtt's incoming queue holds at most
-  `config.max_queued_messages`, and so does our receive queue (which survives
-  reconnects and is fed from aiomqtt's at once); a message arriving at either full
-  queue is dropped and counted in `dropped_incoming`, never lost uncounted.
+- Memory is bounded. Received messages wait in one `gossip.inbox.Inbox` (which survives
+  reconnects) bounded by `config.max_queued_messages` messages and
+  `config.max_queued_bytes` bytes; a message that does not fit is dropped and counted by
+  reason (`stats()["dropped_incoming_by_reason"]`, total in `dropped_incoming`), never
+  lost uncounted. aiomqtt's own incoming queue never holds anything: its `put_nowait`
+  hands each message straight to the inbox, in the same callback that parsed it. MQTT
+  names no authenticated sender, so the inbox cannot be fair between peers (a flooder
+  and an honest peer look alike until the gossip layer verifies signatures).
+- The broker is told (MQTT v5 CONNECT property Maximum Packet Size) never to send us a
+  packet over `max_message_bytes` + `_PACKET_MARGIN_BYTES`: without it, a peer's
+  256 MiB publish would be buffered whole by paho before anything here could refuse
+  it. The broker discards such a message for us without telling anyone (the MQTT v5
+  rule for a packet over the client's Maximum Packet Size; mosquitto 2.0 does so and
+  keeps the connection); the gossip layer would have refused it anyway (`oversize`).
 - A lost broker connection is retried forever with exponential backoff (0.2 s up to
   10 s); every subscribed topic is re-subscribed on each new connection.
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
 - After `stop`, `receive` raises `ConnectionError` (it never hangs on a dead transport).
+
+Memory bound. What peers can make this transport hold is at most
+  inbox:        max(max_queued_bytes, one message) + 512 B x queued messages
+  one packet:   being read by paho, max_message_bytes + `_PACKET_MARGIN_BYTES`
+(defaults: ~65 MiB), on top of the gossip layer's own bounds and allocator slack;
+`tests/gossip/test_flood_rss.py` measures it. The broker holds the rest for us
+(mosquitto: its `max_queued_messages` per client).
 """
 
 from __future__ import annotations
@@ -31,10 +48,14 @@ import logging
 import random
 import secrets
 from collections.abc import Callable
+from typing import Any
 
 import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from gossip.inbox import Inbox
 from swarm.config.network import MqttTransportConfig
 from swarm.identity import Identity
 from swarm.transport import TransportMessage
@@ -47,7 +68,8 @@ _BACKOFF_INITIAL_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
 _QOS = 1
-_CLOSED = object()
+_PACKET_MARGIN_BYTES = 128 * 1024
+"""Room over `max_message_bytes` in an incoming PUBLISH packet (topic, properties)."""
 
 
 class MqttTransport:
@@ -68,15 +90,12 @@ class MqttTransport:
         self._topics: list[str] = []
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
-        self._queue: asyncio.Queue[TransportMessage | object] | None = None
+        self._inbox: Inbox[TransportMessage] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._first_connect: asyncio.Future[None] | None = None
-        self.dropped_incoming = 0
-        """Messages dropped because the node did not read its queue fast enough."""
-        self._client_queue_type = _counting_queue_type(self._count_drop)
+        self._client_queue_type = _inbox_queue_type(self._offer)
         self.published = 0
-        self.received = 0
         self.reconnects = 0
 
     # ---- Transport protocol -------------------------------------------------------
@@ -84,6 +103,16 @@ class MqttTransport:
     @property
     def max_message_bytes(self) -> int:
         return self.config.max_message_bytes
+
+    @property
+    def received(self) -> int:
+        """Messages queued for `receive`."""
+        return self._inbox.admitted if self._inbox is not None else 0
+
+    @property
+    def dropped_incoming(self) -> int:
+        """Messages dropped because the node did not read its queue fast enough."""
+        return self._inbox.dropped_total if self._inbox is not None else 0
 
     async def start(self, *, wait_connected_s: float | None = _CONNECT_TIMEOUT_S) -> None:
         """Start the connection loop; wait up to `wait_connected_s` for the broker.
@@ -94,7 +123,12 @@ class MqttTransport:
         if self._task is not None:
             raise RuntimeError("transport already started")
         self._stopping = False
-        self._queue = asyncio.Queue(maxsize=self.config.max_queued_messages)
+        self._inbox = Inbox(
+            max_messages=self.config.max_queued_messages,
+            max_bytes=self.config.max_queued_bytes,
+            name="MQTT receive",
+        )
+        self._inbox.bind(asyncio.get_running_loop())
         self._first_connect = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(), name=f"mqtt-{self.peer_id[-8:]}")
         if wait_connected_s is not None:
@@ -115,12 +149,8 @@ class MqttTransport:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._connected.clear()
-        queue = self._queue
-        if queue is not None:
-            while queue.full():
-                queue.get_nowait()
-                self.dropped_incoming += 1
-            queue.put_nowait(_CLOSED)  # wakes (and fails) any pending receive()
+        if self._inbox is not None:
+            self._inbox.close()  # receive() drains what is queued, then raises
 
     async def subscribe(self, topic: str) -> None:
         if topic in self._topics:
@@ -154,14 +184,12 @@ class MqttTransport:
         self.published += 1
 
     async def receive(self) -> TransportMessage:
-        if self._queue is None:
+        if self._inbox is None:
             raise RuntimeError("transport not started")
-        item = await self._queue.get()
-        if item is _CLOSED:
-            self._queue.put_nowait(_CLOSED)  # every later receive() fails too
-            raise ConnectionError("MQTT transport stopped")
-        assert isinstance(item, TransportMessage)
-        return item
+        try:
+            return await self._inbox.get()
+        except ConnectionError:
+            raise ConnectionError("MQTT transport stopped") from None
 
     def connected_peers(self) -> list[str]:
         """MQTT does not reveal peers; the broker stands in for all of them."""
@@ -178,11 +206,15 @@ class MqttTransport:
     async def wait_connected(self, timeout_s: float) -> None:
         await asyncio.wait_for(self._connected.wait(), timeout_s)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
+        inbox = self._inbox
         return {
             "published": self.published,
             "received": self.received,
             "dropped_incoming": self.dropped_incoming,
+            "dropped_incoming_by_reason": dict(inbox.dropped) if inbox is not None else {},
+            "queued_bytes": inbox.queued_bytes if inbox is not None else 0,
+            "peak_queued_bytes": inbox.peak_bytes if inbox is not None else 0,
             "reconnects": self.reconnects,
         }
 
@@ -198,7 +230,7 @@ class MqttTransport:
                     identifier=self.client_id,
                     protocol=aiomqtt.ProtocolVersion.V5,
                     queue_type=self._client_queue_type,
-                    max_queued_incoming_messages=self.config.max_queued_messages,
+                    properties=self._connect_properties(),
                     timeout=_CONNECT_TIMEOUT_S,
                     keepalive=30,
                 ) as client:
@@ -215,7 +247,7 @@ class MqttTransport:
                         self._first_connect.set_result(None)
                     delay = _BACKOFF_INITIAL_S
                     log.info("connected to MQTT broker %s:%d", self.config.host, self.config.port)
-                    await self._pump(client)
+                    await _wait_disconnected(client)
             except aiomqtt.MqttError as exc:
                 if self._stopping:
                     break
@@ -235,42 +267,41 @@ class MqttTransport:
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2.0, _BACKOFF_MAX_S)
 
-    async def _pump(self, client: aiomqtt.Client) -> None:
-        assert self._queue is not None
-        async for message in client.messages:
-            payload = message.payload
-            if not isinstance(payload, bytes | bytearray):
-                continue  # never produced by peers of this swarm (they publish bytes)
-            item = TransportMessage(topic=message.topic.value, data=bytes(payload), via=None)
-            try:
-                self._queue.put_nowait(item)
-                self.received += 1
-            except asyncio.QueueFull:
-                self._count_drop()
+    def _connect_properties(self) -> Properties:
+        properties = Properties(PacketTypes.CONNECT)
+        properties.MaximumPacketSize = self.config.max_message_bytes + _PACKET_MARGIN_BYTES
+        return properties
 
-    def _count_drop(self) -> None:
-        self.dropped_incoming += 1
-        if self.dropped_incoming in (1, 10, 100) or self.dropped_incoming % 1000 == 0:
-            log.warning(
-                "MQTT receive queue full (%d): %d messages dropped so far",
-                self.config.max_queued_messages,
-                self.dropped_incoming,
-            )
+    def _offer(self, message: aiomqtt.Message) -> None:
+        """aiomqtt's callback for each received message: into the inbox or counted out."""
+        inbox = self._inbox
+        payload = message.payload
+        if inbox is None or not isinstance(payload, bytes | bytearray):
+            return  # never produced by peers of this swarm (they publish bytes)
+        item = TransportMessage(topic=message.topic.value, data=bytes(payload), via=None)
+        inbox.offer(item, len(payload))
 
 
-def _counting_queue_type(
-    on_drop: Callable[[], None],
+async def _wait_disconnected(client: aiomqtt.Client) -> None:
+    """Wait until the broker connection drops, then raise `MqttError`.
+
+    aiomqtt's message iterator also ends on disconnection; its queue never holds a
+    message here (`_inbox_queue_type`), so it yields nothing.
+    """
+    async for _ in client.messages:
+        raise RuntimeError("aiomqtt queued a message; the inbox queue type was bypassed")
+
+
+def _inbox_queue_type(
+    on_message: Callable[[aiomqtt.Message], None],
 ) -> type[asyncio.Queue[aiomqtt.Message]]:
-    """aiomqtt's incoming-queue class: bounded, counting (not just logging) each drop."""
+    """aiomqtt's incoming-queue class: hands every message to `on_message`, keeps none."""
 
-    class CountingQueue(asyncio.Queue[aiomqtt.Message]):
+    class InboxQueue(asyncio.Queue[aiomqtt.Message]):
         def put_nowait(self, item: aiomqtt.Message) -> None:
-            if self.full():
-                on_drop()
-                return
-            super().put_nowait(item)
+            on_message(item)
 
-    return CountingQueue
+    return InboxQueue
 
 
 def _subscribe_options() -> SubscribeOptions:

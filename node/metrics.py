@@ -1,34 +1,121 @@
 """Per-round metrics: one JSON object per line in `<data_dir>/metrics.jsonl`.
 
-Invariant: each line is complete and flushed before the next round starts, so a reader
-(`swarm status`) never sees a torn line except possibly the very last one, which
-readers skip.
+Invariants:
+- Each line is complete and written (one unbuffered append) before the next round starts,
+  so a reader (`swarm status`) never sees a torn line except possibly the very last one
+  (of a node that is writing or was killed), which readers skip.
+- Writing never stops the node: a line that cannot be written (disk full, quota, file
+  too large, I/O error) is dropped, counted in `MetricsWriter.dropped` and logged. The
+  part of it that reached the file is cut off again, and a torn last line left by a
+  killed node is cut off when the file is opened, so every line before the last one
+  stays a complete record.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("swarm.node.metrics")
 
 
 def histogram(values: list[int]) -> dict[str, int]:
     return {str(k): v for k, v in sorted(Counter(values).items())}
 
 
+def _complete_length(fd: int) -> int:
+    """The length of the file up to and including its last newline."""
+    end = os.fstat(fd).st_size
+    position = end
+    while position > 0:
+        start = max(position - 65536, 0)
+        block = os.pread(fd, position - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
+
+
 class MetricsWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a", encoding="utf-8")
+        self.dropped = 0
+        """Lines that could not be written."""
+        self.last_error: str | None = None
+        self._fd: int | None = None
+        self._open()
 
-    def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, sort_keys=True) + "\n")
-        self._file.flush()
+    def _open(self) -> bool:
+        """Open for appending and cut off a torn last line; on failure log and stay closed."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self._error("cannot open", exc)
+            return False
+        try:
+            complete = _complete_length(fd)
+            if complete < os.fstat(fd).st_size:
+                log.warning("%s: cutting off a torn last line", self.path)
+                os.ftruncate(fd, complete)
+        except OSError as exc:
+            os.close(fd)
+            self._error("cannot repair", exc)
+            return False
+        self._fd = fd
+        return True
+
+    def _error(self, what: str, exc: OSError) -> None:
+        self.last_error = f"{what} {self.path}: {exc}"
+        log.error("metrics: %s", self.last_error)
+
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append one record; False (dropped, counted, logged) if it could not be written."""
+        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        if self._fd is None and not self._open():
+            self._drop()
+            return False
+        assert self._fd is not None
+        fd = self._fd
+        try:
+            before = os.fstat(fd).st_size
+        except OSError as exc:
+            self._error("cannot stat", exc)
+            self._drop()
+            return False
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            self._error("cannot write", exc)
+            self._drop()
+            self._cut_back(fd, before)
+            return False
+        return True
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        log.error("metrics: dropped a line (%d so far)", self.dropped)
+
+    def _cut_back(self, fd: int, length: int) -> None:
+        """Remove the part of a failed line; if even that fails, close: reopening cuts it."""
+        try:
+            os.ftruncate(fd, length)
+        except OSError as exc:
+            self._error("cannot cut off a partial line in", exc)
+            os.close(fd)
+            self._fd = None
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -1,8 +1,10 @@
 """The rollout pool: external groups waiting to be trained on.
 
 Invariants:
-- Bounded: at most `max_groups` entries and `max_bytes` of text; when full, the stalest
-  entry goes first (ties: the oldest arrival).
+- Bounded: at most `max_groups` entries and `max_bytes` of text; when full, an entry of
+  the sender holding the most entries goes (the stalest of theirs; ties: the newest
+  arrival), so a flooding sender pushes out its own groups before anyone else's, and a
+  crowd of fresh (sybil) keys cannot push out the groups already held.
 - Only groups that were re-scored locally enter (the caller re-scores; advisory rewards
   from peers are never stored as training rewards), and zero-variance groups never enter.
 - `evict_stale` removes every entry staler than `max_staleness` swarm rounds.
@@ -69,7 +71,12 @@ class RolloutPool:
         self.entries.append(PoolEntry(sender, round, group, rewards, size, self._arrivals))
         self.bytes_held += size
         while len(self.entries) > self.max_groups or self.bytes_held > self.max_bytes:
-            victim = min(self.entries, key=lambda e: (e.round, e.arrival))
+            held = Counter(e.sender for e in self.entries)
+            most = max(held.values())
+            victim = min(
+                (e for e in self.entries if held[e.sender] == most),
+                key=lambda e: (e.round, -e.arrival),
+            )
             self._remove(victim)
             self.evicted["capacity"] += 1
         return True

@@ -52,6 +52,7 @@ def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
         "external_groups": sum(r["external_groups"] for r in records),
         "external_by_sender": dict(by_sender),
         "drops": final["drops"],
+        "peer_scores": final.get("peer_scores"),  # absent in metrics of older versions
         "bytes_in": final["bytes_in"],
         "bytes_out": final["bytes_out"],
         "overhead_fraction": 1 - work / seconds["total"] if seconds["total"] else None,
@@ -82,6 +83,22 @@ def status_table(data_dir: Path, last: int) -> Table:
         "dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none"
     )
     table.add_row("bytes in / out", f"{s['bytes_in']:,} / {s['bytes_out']:,}")
+    scores = s["peer_scores"]
+    if scores is not None:
+        table.add_row(
+            "peers ignored now / ignore periods / forgiven",
+            f"{scores['ignored_now']} / {scores['ignores_started']} / {scores['forgiven']}",
+        )
+        for peer, info in scores["peers"].items():
+            state = (
+                f"ignored {info['ignored_for_s']:.0f} s more"
+                if info["ignored_for_s"] is not None
+                else "heard"
+            )
+            reasons = ", ".join(f"{k}: {v}" for k, v in info["reasons"].items())
+            table.add_row(
+                f"  {peer[:16]}… score {info['score']:.1f}", f"{state}; {reasons or '-'}"
+            )
     if s["overhead_fraction"] is not None:
         table.add_row("time outside sample/score/train", f"{100 * s['overhead_fraction']:.1f}%")
     return table

@@ -5,12 +5,15 @@ Invariants:
   the peer's prompt must equal the regenerated one, and the peer's rewards are only
   compared, never used.
 - A group is refused with a reason: `unknown_task` (source/index not known here),
-  `prompt_mismatch` (the peer claims a different question), `zero_variance` (all
-  completions score the same: no GRPO signal; not the peer's fault).
+  `task_error` (the generator failed on the peer's reference: any exception, since a
+  peer must not crash the node through a dataset's bug), `prompt_mismatch` (the peer
+  claims a different question), `zero_variance` (all completions score the same: no
+  GRPO signal; not the peer's fault).
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 from dataclasses import dataclass
 
@@ -19,6 +22,7 @@ from rewards.tasks import make_task
 from swarm.config import RewardsConfig
 from swarm.messages import RolloutGroup
 
+log = logging.getLogger(__name__)
 FORGED_REWARD_GAP = 0.5
 
 
@@ -43,6 +47,9 @@ def rescore_group(group: RolloutGroup, config: RewardsConfig) -> Rescored:
         task = make_task(group.task)
     except (KeyError, ValueError):
         raise Refused("unknown_task") from None
+    except Exception as exc:  # noqa: BLE001 - a dataset bug on a peer-chosen reference
+        log.info("task %s failed to generate: %r", group.task, exc)
+        raise Refused("task_error") from None
     if task.prompt != group.prompt:
         raise Refused("prompt_mismatch")
     rewards = tuple(score_group(task, list(group.completions), config))

@@ -9,6 +9,13 @@ Invariants:
   flowing while the model works.
 - The swarm round moves only on accepted messages and local steps (swarm.clock).
 - Everything used from peers is within `max_staleness` of our round at selection time.
+- Every refusal that is the peer's fault is reported to gossip's peer scores
+  (`Gossip.penalize`), and every group admitted to the pool earns its sender a little
+  credit; a peer the scores ignore no longer reaches `handle` at all.
+- Catching up (`SwarmRound.note_future`) listens only to peers first heard at least
+  `sapo.catch_up_min_rounds` of our rounds ago and in good standing, so a burst of fresh
+  keys (sybils) cannot move the clock; a patient attacker holding `catch_up_quorum` keys
+  in good standing for that long still can (the limit of counting keys).
 - A node with J = 0, or alone, runs the same loop on local groups only.
 """
 
@@ -42,7 +49,11 @@ log = logging.getLogger("swarm.node")
 Offload = Callable[..., Awaitable[Any]]
 ANNOUNCE_EVERY_S = 5.0
 MAX_PEERS_TRACKED = 4096
-NOT_THE_PEERS_FAULT = frozenset({"zero_variance", "stale", "pending_full", "deltas_disabled"})
+NOT_THE_PEERS_FAULT = frozenset(
+    {"zero_variance", "stale", "pending_full", "deltas_disabled", "from_future", "foreign_task"}
+)
+CREDIT_PER_GROUP = 0.5
+"""Score credit for a peer's group that passed re-scoring and entered the pool."""
 
 
 @dataclass
@@ -94,10 +105,17 @@ class Node:
             seed=config.tasks.seed,
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
+        self._own_sources: frozenset[str] | None = (
+            None
+            if config.tasks.accept_foreign
+            else frozenset(spec.source for spec in config.tasks.mixture)
+        )
         self.rounds_done = 0
         self.drops: Counter[str] = Counter()
         self.peer_faults: Counter[str] = Counter()
         self.peers: dict[str, PeerInfo] = {}
+        self._first_heard: dict[str, int] = {}
+        """Our `rounds_done` when each peer's first authenticated message arrived."""
         self.stop_requested = asyncio.Event()
         self._rollouts_topic = rollouts_topic(config.node.swarm_id)
         self._peers_topic = peers_topic(config.node.swarm_id)
@@ -108,6 +126,8 @@ class Node:
         )
         self._metrics: MetricsWriter | None = None
         self._wait_s = 0.0
+        self.checkpoint_errors = 0  # failed checkpoint writes (disk full, I/O error, ...)
+        self.last_checkpoint_error: str | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -140,13 +160,36 @@ class Node:
             "model_family": self.learner.model_family,
         }
 
-    async def checkpoint(self) -> Path:
-        """Write a checkpoint of the current round (off the event loop), keep the newest."""
+    async def checkpoint(self) -> Path | None:
+        """Write a checkpoint of the current round (off the event loop), keep the newest.
+
+        A write failing with `OSError` (disk full, quota, file too large, I/O error) does
+        not stop the node: it is logged with the path and errno, counted in
+        `checkpoint_errors` / `last_checkpoint_error`, what it left is deleted, the newest
+        valid checkpoint is kept (older ones are deleted if the disk is full, to make room)
+        and the next interval tries again. Returns the directory, or None if it failed.
+        """
         directory = checkpoints.checkpoint_dir(self.data_dir, self.rounds_done)
         if not checkpoints.is_valid(directory):
             state = self._node_state()
-            await self.offload(self.learner.save, directory, {"rounds_done": self.rounds_done})
-            checkpoints.write_node_state(directory, state)
+            try:
+                checkpoints.remove_torn(directory)  # a crash before node.json left it
+                await self.offload(self.learner.save, directory, {"rounds_done": self.rounds_done})
+                checkpoints.write_node_state(directory, state)
+            except OSError as exc:
+                self.checkpoint_errors += 1
+                reason = checkpoints.describe(exc)
+                self.last_checkpoint_error = f"round {self.rounds_done}: {reason}"
+                kept = checkpoints.discard_failed(self.data_dir, directory, exc)
+                log.error(
+                    "checkpoint %s failed (%s); kept for a restart: %s; training goes on, "
+                    "next try in %d round(s)",
+                    directory,
+                    reason,
+                    kept or "nothing (no valid checkpoint)",
+                    self.config.node.checkpoint_every,
+                )
+                return None
         checkpoints.prune(self.data_dir)
         return directory
 
@@ -192,9 +235,12 @@ class Node:
     def handle(self, received: Received) -> None:
         """Apply one authenticated message: clock, peers table, pool."""
         envelope = received.envelope
+        self._note_heard(envelope.sender)
         if not self.swarm_round.admits(envelope.round):
             self._drop("from_future", envelope.sender)
-            if self.swarm_round.note_future(envelope.sender, envelope.round):
+            if self._vouches(envelope.sender) and self.swarm_round.note_future(
+                envelope.sender, envelope.round
+            ):
                 log.info("caught up with the swarm: round now %d", self.swarm_round.value)
             return
         self.swarm_round.observe(envelope.round)
@@ -212,6 +258,9 @@ class Node:
                 del self.peers[oldest]
         elif isinstance(message, RolloutBatch):
             for group in message.groups:
+                if self._own_sources is not None and group.task.source not in self._own_sources:
+                    self._drop("foreign_task", envelope.sender)  # counted, not blamed
+                    continue
                 try:
                     rescored = rescore_group(group, self.config.rewards)
                 except Refused as refused:
@@ -220,9 +269,11 @@ class Node:
                 if rescored.forged:
                     self._drop("forged_rewards", envelope.sender)
                     continue
-                if not self.pool.add(
+                if self.pool.add(
                     envelope.sender, envelope.round, group, rescored.rewards, self.swarm_round.value
                 ):
+                    self.gossip.credit(envelope.sender, CREDIT_PER_GROUP)
+                else:
                     self._drop("stale", None)
         elif isinstance(message, DeltaPacket):
             try:
@@ -238,6 +289,28 @@ class Node:
         self.drops[reason] += 1
         if sender is not None and reason not in NOT_THE_PEERS_FAULT:
             self.peer_faults[sender] += 1
+            if len(self.peer_faults) > MAX_PEERS_TRACKED:
+                del self.peer_faults[next(iter(self.peer_faults))]
+            self.gossip.penalize(sender, reason)
+
+    def _transport_stats(self) -> dict[str, Any] | None:
+        """The transport's own counters (receive-queue drops and bytes), where it has any."""
+        stats = getattr(self.gossip.transport, "stats", None)
+        return stats() if callable(stats) else None
+
+    def _note_heard(self, sender: str) -> None:
+        if sender not in self._first_heard:
+            self._first_heard[sender] = self.rounds_done
+            if len(self._first_heard) > MAX_PEERS_TRACKED:  # forgetting makes a peer newer
+                del self._first_heard[next(iter(self._first_heard))]
+
+    def _vouches(self, sender: str) -> bool:
+        """May `sender`'s claim of a later round count toward catching up?"""
+        heard = self._first_heard.get(sender, self.rounds_done)
+        return (
+            self.rounds_done - heard >= self.config.sapo.catch_up_min_rounds
+            and self.gossip.scores.in_good_standing(sender)
+        )
 
     async def _announce_loop(self) -> None:
         while True:
@@ -341,6 +414,10 @@ class Node:
             "pool_groups": len(self.pool),
             "peers": len(self.peers),
             "drops": dict(sorted((self.drops + Counter(counters["dropped"])).items())),
+            "peer_scores": self.gossip.scores.snapshot(),
+            "transport": self._transport_stats(),
+            "checkpoint_errors": self.checkpoint_errors,
+            "metrics_dropped": self._metrics.dropped if self._metrics is not None else 0,
             "bytes_in": counters["bytes_in"],
             "bytes_out": counters["bytes_out"],
             "seconds": {

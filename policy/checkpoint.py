@@ -12,6 +12,9 @@ Invariants:
 - `save_checkpoint` writes into a hidden temporary sibling directory, fsyncs every file and
   the directory, then renames it into place (replacing an older checkpoint of the same
   name): a reader sees the old checkpoint or the new one, never a mix.
+- A failed write (disk full, quota, file too large, I/O error) raises `OSError` with the
+  errno, from our own writes and from safetensors' (whose Rust errors are translated), and
+  leaves no temporary directory behind; an older checkpoint of the same name is kept.
 - `load_checkpoint` verifies every file's size and sha256 before touching the model, and
   restores model and optimizer exactly (bit-for-bit tensors, param groups, step counts).
 - `latest_valid_checkpoint` ignores hidden (temporary) directories and any directory
@@ -26,12 +29,14 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,21 @@ FILES = ("model.safetensors", "optimizer.safetensors", "extra.safetensors")
 
 class CheckpointError(ValueError):
     """A checkpoint that is torn, tampered with, or does not fit the model/optimizer."""
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """`save_file`, with its I/O failures raised as `OSError` (errno kept) like ours."""
+    try:
+        save_file(tensors, str(path))
+    except SafetensorError as exc:
+        found = _OS_ERROR.search(str(exc))
+        if found is None:
+            raise  # not an I/O failure: a bug, not a full disk
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from exc
 
 
 def _sha256(path: Path) -> str:
@@ -132,7 +152,7 @@ def save_checkpoint(
         files = {}
         for name, tensors in payloads.items():
             path = tmp / name
-            save_file(tensors, str(path))
+            _save_tensors(tensors, path)
             _fsync_file(path)
             files[name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
         doc = {

@@ -125,7 +125,11 @@ def _parse_container(data: bytes) -> tuple[dict[str, str], dict[str, torch.Tenso
         header = json.loads(
             data[8 : 8 + header_len].decode("utf-8"), object_pairs_hook=_no_duplicates
         )
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except DeltaCodecError:
+        raise  # a duplicate key, from _no_duplicates
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers bad UTF-8 and bad JSON, and also an integer literal longer
+        # than Python's int conversion limit (4300 digits), which json reports as such.
         raise _bad(f"header is not JSON: {type(exc).__name__}") from None
     if not isinstance(header, dict):
         raise _bad("header is not a map")
@@ -140,7 +144,7 @@ def _parse_container(data: bytes) -> tuple[dict[str, str], dict[str, torch.Tenso
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
             raise _bad(f"bad tensor entry {name[:64]!r}")
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if dtype not in _TORCH_DTYPES:
+        if not isinstance(dtype, str) or dtype not in _TORCH_DTYPES:  # a list is unhashable
             raise _bad(f"unexpected dtype for {name[:64]!r}")
         if (
             not isinstance(shape, list)

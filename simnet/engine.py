@@ -22,6 +22,10 @@ Invariants:
   fresh node (new learner, new gossip whose sequence numbers start at the virtual time
   in microseconds, as production starts at wall time) and `Node.resume`s from its newest
   valid checkpoint, redoing any rounds lost since.
+- Wire attackers (`simnet.attackers`, groups with an attack `behavior`) take network
+  slots like nodes but run no `Node`: they act on a timer, see what is delivered to
+  them (never relaying it), and are listed under `attackers` in the run summary, apart
+  from `nodes`, whose figures are the learning nodes' only.
 - Output: `<run dir>/<node>/metrics.jsonl` holds the node's own metrics records (the
   `on_round` record, one JSON line each, appended across incarnations); `<run
   dir>/run.json` is the run summary. `run_scenario` refuses an existing non-empty run
@@ -45,6 +49,7 @@ from gossip.memory import MemoryTransport
 from node.learner import Learner, SampleResult, TrainResult
 from node.metrics import MetricsWriter
 from node.runner import Node, RoundReport
+from simnet.attackers import Attacker, AttackSettings
 from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
 from simnet.scenario import (
@@ -111,9 +116,10 @@ class Simulation:
         self.network = SimNetwork(f"simnet-{scenario.name}-{seed}", self.link)
         self.events: list[dict[str, Any]] = []
         self.skipped_faults = 0
-        self._active = len(self.nodes)
+        learners = [sn for sn in self.nodes if not sn.plan.group.is_attacker]
+        self._active = len(learners)
         self._rounds_done = 0
-        self._rounds_total = len(self.nodes) * scenario.rounds
+        self._rounds_total = len(learners) * scenario.rounds
         self._pending: list[Callable[[], None]] = []
 
     # ---- building --------------------------------------------------------------------
@@ -168,8 +174,46 @@ class Simulation:
 
     # ---- lifecycle -------------------------------------------------------------------
 
+    def _join_attacker(self, sn: SimNode, delay: float) -> None:
+        plan = sn.plan
+        spec = plan.group.hostile
+        extra = [
+            Identity.from_seed(derive_bytes(self.seed, plan.name, "sybil", i))
+            for i in range(1, spec.sybil_keys if plan.group.behavior == "sybil" else 1)
+        ]
+        settings = AttackSettings(
+            plan.group.behavior,
+            spec.every_s,
+            spec.flood_messages,
+            spec.sybil_keys,
+            spec.groups_per_batch,
+        )
+        sn.attacker = Attacker(
+            settings,
+            plan.config,
+            [plan.identity, *extra],
+            partial(self.link.publish, plan.index),
+            random.Random(derive(self.seed, "attacker", plan.name)),
+            derive(self.seed, "attacker-tasks", plan.name),
+            int(self.scheduler.now * 1_000_000),
+        )
+        self.link.set_online(plan.index, True)
+        sn.online = True
+        sn.tasks = [self.scheduler.spawn(self._attack(sn, delay), plan.name)]
+
+    async def _attack(self, sn: SimNode, delay: float) -> None:
+        attacker = sn.attacker
+        assert attacker is not None
+        await self.clock.sleep(delay + self.rng.uniform(0, attacker.settings.every_s))
+        while True:
+            attacker.tick()
+            await self.clock.sleep(attacker.settings.every_s)
+
     def _join(self, sn: SimNode, *, resume: bool, delay: float) -> None:
         plan = sn.plan
+        if plan.group.is_attacker:
+            self._join_attacker(sn, delay)
+            return
         sn.incarnation += 1
         config = plan.config
         transport = MemoryTransport(config.transport, plan.identity, network=self.network)
@@ -279,7 +323,7 @@ class Simulation:
         return sn.node.rounds_done if sn.node is not None else 0
 
     def _leave(self, sn: SimNode, graceful: bool, rejoin_at: float | None) -> None:
-        if sn.finished or sn.gone or not sn.online or sn.leaving:
+        if sn.finished or sn.gone or not sn.online or sn.leaving or sn.attacker is not None:
             self.skipped_faults += 1
             self._event("leave_skipped", sn)
             return
@@ -380,6 +424,10 @@ class Simulation:
     def _receive(self, index: int, topic: str, data: bytes, source: str) -> bool:
         """Deliver one message to node `index`; True if its gossip accepted it cleanly."""
         sn = self.nodes[index]
+        if sn.attacker is not None:
+            if sn.online:
+                sn.attacker.observe(topic, data)
+            return False  # attackers relay nothing
         node = sn.node
         if node is None or not sn.online:
             return False
@@ -439,7 +487,7 @@ class Simulation:
 
     def summary(self) -> dict[str, Any]:
         rounds = self.scenario.rounds
-        nodes = [self._node_summary(sn) for sn in self.nodes]
+        nodes = [self._node_summary(sn) for sn in self.nodes if sn.attacker is None]
         cumulative = [n["cumulative_reward"] for n in nodes]
         final = [n["final_reward"] for n in nodes if n["final_reward"] is not None]
         return {
@@ -454,6 +502,17 @@ class Simulation:
             "final_reward": statistics.fmean(final) if final else None,
             "external_per_round": statistics.fmean(n["external_per_round"] for n in nodes),
             "nodes": nodes,
+            "attackers": [
+                {
+                    "name": sn.plan.name,
+                    "group": sn.plan.group.name,
+                    "behavior": sn.attacker.behavior,
+                    "peer_ids": [i.peer_id for i in sn.attacker.identities],
+                    "messages_sent": sn.attacker.sent,
+                }
+                for sn in self.nodes
+                if sn.attacker is not None
+            ],
             "network": self.link.summary(rounds),
             "events": self.events,
             "skipped_faults": self.skipped_faults,
@@ -467,9 +526,12 @@ class Simulation:
         tail_values = [r for r in rewards[-tail:] if r is not None]
         node = sn.node
         drops: Counter[str] = Counter()
+        scores: dict[str, Any] = {}
         if node is not None:
             drops.update(node.drops)
             drops.update(node.gossip.counters.dropped)
+            snap = node.gossip.scores.snapshot(top=0)
+            scores = {k: snap[k] for k in ("ignored_now", "ignores_started", "forgiven")}
         return {
             "name": plan.name,
             "group": plan.group.name,
@@ -487,7 +549,9 @@ class Simulation:
             "external_per_round": sum(sn.external.values()) / max(len(sn.external), 1),
             "policy_version": node.learner.policy_version if node is not None else 0,
             "swarm_round": node.swarm_round.value if node is not None else 0,
+            "behavior": plan.group.behavior,
             "drops_last_incarnation": dict(sorted(drops.items())),
+            "peer_scores_last_incarnation": scores,
         }
 
 

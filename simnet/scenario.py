@@ -15,8 +15,9 @@ Invariants:
   and `tasks.seed` belong to simnet (names, data dirs, the memory network, seeds derived
   from the run seed) and may not be overridden.
 - Nothing here imports simnet's engine, node/ or torch: the schema is plain data.
-- Hostile peers: `NodeGroupSpec.behavior` is the switch (`honest`, or `poison_deltas`
-  whose learner lives in `simnet.hostile`).
+- Hostile peers: `NodeGroupSpec.behavior` is the switch: `honest`; `poison_deltas` (a
+  learner in `simnet.hostile`); or one of `ATTACK_BEHAVIORS` (wire attackers in
+  `simnet.attackers`, tuned by `NodeGroupSpec.hostile`; they never train).
 """
 
 from __future__ import annotations
@@ -207,6 +208,42 @@ class StubSpec(StrictModel):
     """Skill gained toward 1 per informative group trained (the toy learning rule)."""
 
 
+ATTACK_BEHAVIORS = (
+    "garbage",
+    "wrong_swarm",
+    "replay",
+    "flood",
+    "mismatched_prompt",
+    "forged_rewards",
+    "sybil",
+    "silent_mid_chunk",
+)
+"""Behaviours of wire attackers (`simnet.attackers`): peers that send, never train."""
+Behavior = Literal[
+    "honest",
+    "poison_deltas",
+    "garbage",
+    "wrong_swarm",
+    "replay",
+    "flood",
+    "mismatched_prompt",
+    "forged_rewards",
+    "sybil",
+    "silent_mid_chunk",
+]
+
+
+class HostileSpec(StrictModel):
+    every_s: float = Field(2.0, gt=0)
+    """An attacker acts once per this many virtual seconds (its first time at random)."""
+    flood_messages: int = Field(200, ge=1, le=100_000)
+    """`flood`: signed messages sent per tick."""
+    sybil_keys: int = Field(8, ge=1, le=4096)
+    """`sybil`: identities one attacker holds."""
+    groups_per_batch: int = Field(4, ge=1, le=256)
+    """Rollout groups per batch the attacker sends (`forged_rewards`, `sybil`, ...)."""
+
+
 class NodeGroupSpec(StrictModel):
     name: str = Field("node", pattern=NAME_PATTERN, max_length=64)
     """Group name; its nodes are `<name>-<i>` (or just `<name>` when count is 1)."""
@@ -229,17 +266,26 @@ class NodeGroupSpec(StrictModel):
     config: SectionOverrides = {}
     """Node-config sections for these nodes, over the scenario's and variant's `defaults`
     (e.g. `sapo = { local_groups = 6, external_groups = 2 }`)."""
-    behavior: Literal["honest", "poison_deltas"] = "honest"
+    behavior: Behavior = "honest"
     """How these nodes behave. `honest`: the production learner. `poison_deltas` (real
     models only): a `simnet.hostile.PoisonLearner` that trains honestly but publishes
     every weight delta scaled by -1000 and never merges peers' (needs `deltas.enabled`
-    to have any effect; give the group `init = "family"` so its packets are accepted)."""
+    to have any effect; give the group `init = "family"` so its packets are accepted).
+    The others are wire attackers that never train (`simnet.attackers`): `garbage`,
+    `wrong_swarm`, `replay`, `flood`, `mismatched_prompt`, `forged_rewards`, `sybil`,
+    `silent_mid_chunk`; their `model` is ignored."""
+    hostile: HostileSpec = HostileSpec()
+    """How hard an attacker group attacks (attack behaviours only)."""
 
     @model_validator(mode="after")
     def _behavior_fits_model(self) -> NodeGroupSpec:
         if self.behavior == "poison_deltas" and self.model == "stub":
             raise ValueError("behavior 'poison_deltas' needs a real model, not 'stub'")
         return self
+
+    @property
+    def is_attacker(self) -> bool:
+        return self.behavior in ATTACK_BEHAVIORS
 
     def node_names(self) -> list[str]:
         if self.count == 1:

@@ -31,6 +31,7 @@ from typing import Any
 import gossip.layer
 import node.runner
 from node.rescore import Refused, Rescored
+from swarm.errors import WireError
 
 MAX_ENTRIES = 200_000
 _TARGETS = (
@@ -61,19 +62,26 @@ class _Canon:
 def _memo_decode(
     fn: Callable[..., Any], cache: dict[tuple[Any, ...], Any], canon: _Canon, limits_at: int
 ) -> Callable[..., Any]:
-    """A memoized `decode_envelope(data, limits, swarm_id)` (`limits_at` 1) or
+    """A memoized `decode_envelope(data, limits, swarm_id[, refuse_sender])` (`limits_at` 1) or
     `decode_payload(kind, payload, limits)` (`limits_at` 2)."""
 
-    def memoized(first: Any, second: Any, third: Any) -> Any:
+    def memoized(first: Any, second: Any, third: Any, *rest: Any) -> Any:
         if limits_at == 1:
             key = (first, canon(second), third)
         else:
             key = (first, second, canon(third))
         try:
-            return cache[key]
+            hit = cache[key]
         except KeyError:
             pass
-        value = fn(first, second, third)
+        else:
+            # decode_envelope's per-node `refuse_sender` check, applied to a shared result
+            # exactly where production applies it (a cached envelope's claimed sender is
+            # its verified sender).
+            if rest and rest[0] is not None and rest[0](hit.sender):
+                raise WireError("ignored_peer", hit.sender[:64])
+            return hit
+        value = fn(first, second, third, *rest)
         if len(cache) >= MAX_ENTRIES:
             cache.clear()
         cache[key] = value

@@ -20,6 +20,7 @@ from typing import Any
 from node.learner import ExternalGroup, Learner, LocalGroup, SampleResult, TrainResult
 from node.metrics import MetricsWriter
 from node.runner import Node
+from simnet.attackers import Attacker
 from simnet.scenario import (
     ComputeSpec,
     NodeGroupSpec,
@@ -165,3 +166,5 @@ class SimNode:
     rewards: dict[int, float | None] = field(default_factory=dict)
     external: dict[int, int] = field(default_factory=dict)
     resumed_from: list[int] = field(default_factory=list)
+    attacker: Attacker | None = None
+    """A wire attacker's state (`simnet.attackers`); None for nodes that run a `Node`."""

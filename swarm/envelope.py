@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from swarm import PROTOCOL_VERSION
@@ -76,8 +77,18 @@ def seal(
     )
 
 
-def decode_envelope(data: bytes, limits: Limits, swarm_id: str) -> Envelope:
-    """Decode and authenticate one envelope for `swarm_id`, or raise WireError."""
+def decode_envelope(
+    data: bytes,
+    limits: Limits,
+    swarm_id: str,
+    refuse_sender: Callable[[str], bool] | None = None,
+) -> Envelope:
+    """Decode and authenticate one envelope for `swarm_id`, or raise WireError.
+
+    `refuse_sender(claimed_sender)` returning True refuses the envelope as `ignored_peer`
+    before its signature is checked (saving the verification for peers already ignored;
+    a forged claim of an ignored id is dropped either way, and nobody is blamed for it).
+    """
     obj = unpack(data, limits)
     if not isinstance(obj, list) or len(obj) != 8:
         raise WireError("malformed", "an envelope is an array of 8 fields")
@@ -92,8 +103,6 @@ def decode_envelope(data: bytes, limits: Limits, swarm_id: str) -> Envelope:
         raise WireError("unknown_kind", repr(kind)[:64])
     if not isinstance(env_swarm, str) or len(env_swarm) > MAX_SWARM_ID_CHARS:
         raise WireError("malformed", "swarm id must be a short string")
-    if env_swarm != swarm_id:
-        raise WireError("wrong_swarm", f"{env_swarm[:64]!r} is not {swarm_id!r}")
     if not isinstance(sender, str):
         raise WireError("malformed", "sender must be a string")
     for name, value in (("seq", seq), ("round", rnd)):
@@ -103,6 +112,11 @@ def decode_envelope(data: bytes, limits: Limits, swarm_id: str) -> Envelope:
         raise WireError("malformed", "payload and signature must be bytes")
     if len(signature) != 64:
         raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
+    if refuse_sender is not None and refuse_sender(sender):
+        raise WireError("ignored_peer", sender[:64])
     envelope = Envelope(version, kind, env_swarm, sender, seq, rnd, payload, signature)
     verify(sender, envelope.signed_bytes(), signature)
+    if env_swarm != swarm_id:
+        # Checked after the signature so that the refusal can be blamed on its signer.
+        raise WireError("wrong_swarm", f"{env_swarm[:64]!r} is not {swarm_id!r}", signer=sender)
     return envelope

@@ -11,9 +11,12 @@ from __future__ import annotations
 class WireError(ValueError):
     """A message from the network was refused; `reason` names why (a counter key)."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: str, detail: str = "", *, signer: str | None = None) -> None:
         self.reason = reason
         self.detail = detail
+        self.signer = signer
+        """The peer whose valid signature the refused message carries, if one was checked
+        (so the refusal can be blamed on it; never set from an unverified claim)."""
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 

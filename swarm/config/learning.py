@@ -83,6 +83,10 @@ class TasksConfig(StrictModel):
     """Weighted task mixture this node samples its own questions from."""
     seed: int = 0
     """Seed of this node's task stream (task references carry it)."""
+    accept_foreign: bool = False
+    """Also train on peers' groups of task sources outside this node's mixture. Off by
+    default: re-scoring runs a task's generator on the task reference a peer chose, so
+    only the generators this node already runs for itself are exposed to peers."""
 
     @model_validator(mode="after")
     def _non_empty(self) -> TasksConfig:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from swarm.config.base import StrictModel
 
@@ -32,6 +32,11 @@ class Libp2pTransportConfig(StrictModel):
     """GossipSub mesh degree D (degree_low = D-2, degree_high = 2D)."""
     heartbeat_interval_s: float = Field(1.0, gt=0, le=60)
     """GossipSub heartbeat (mesh maintenance and gossip emission) period."""
+    max_queued_bytes: int = Field(64 * ONE_MIB, ge=ONE_MIB)
+    """Memory bound on received messages waiting for the node to read them (at most 1024
+    messages too); the newest are dropped and counted beyond it. Under pressure no origin
+    peer keeps more than a quarter of it. GossipSub's cache of recent messages (answers
+    to peers' IWANT requests) is bounded by the same number of bytes."""
 
     @field_validator("listen")
     @classmethod
@@ -58,6 +63,9 @@ class MqttTransportConfig(StrictModel):
     """Largest MQTT publish sent; gossip chunks anything larger."""
     max_queued_messages: int = Field(1024, ge=1)
     """Bound on messages queued inside the client before the node reads them."""
+    max_queued_bytes: int = Field(64 * ONE_MIB, ge=ONE_MIB)
+    """Memory bound on received messages waiting for the node to read them; the newest
+    are dropped and counted beyond it."""
 
 
 class MemoryTransportConfig(StrictModel):
@@ -66,12 +74,39 @@ class MemoryTransportConfig(StrictModel):
     """Name of the in-process network to join (unit tests and simnet)."""
     max_message_bytes: int = Field(ONE_MIB, ge=1024)
     """Largest message carried whole."""
+    max_queued_bytes: int = Field(64 * ONE_MIB, ge=1024)
+    """Memory bound on messages waiting in one receiver's queue (at most 1024 messages
+    too); beyond it the newest are dropped and counted (`queue_full`)."""
 
 
 TransportConfig = Annotated[
     Libp2pTransportConfig | MqttTransportConfig | MemoryTransportConfig,
     Field(discriminator="type"),
 ]
+
+
+class ScoringConfig(StrictModel):
+    enabled: bool = True
+    """Score peers by their refused messages and ignore the worst for a while."""
+    ignore_threshold: float = Field(20.0, gt=0)
+    """A peer whose score falls to minus this is ignored (a malformed message costs 10,
+    a forged rollout group 5, a message over the rate limit 0.25)."""
+    half_life_s: float = Field(600.0, gt=0)
+    """Scores relax toward 0 with this half-life, so an honest peer's rare faults fade."""
+    ignore_s: float = Field(120.0, gt=0)
+    """How long a peer is ignored the first time; each repeat offence doubles it."""
+    max_ignore_s: float = Field(3600.0, gt=0)
+    """Longest ignore period; a peer's count of offences also halves over this time."""
+    max_credit: float = Field(10.0, ge=0)
+    """Most credit a peer can bank from useful rollout groups against later penalties."""
+    max_peers: int = Field(4096, ge=16)
+    """Peers whose scores are remembered (an ignored peer is forgotten last)."""
+
+    @model_validator(mode="after")
+    def _periods(self) -> ScoringConfig:
+        if self.max_ignore_s < self.ignore_s:
+            raise ValueError("max_ignore_s must be >= ignore_s")
+        return self
 
 
 class GossipConfig(StrictModel):
@@ -87,3 +122,5 @@ class GossipConfig(StrictModel):
     """Sustained messages per second accepted from one peer (token bucket)."""
     rate_burst: int = Field(500, ge=1)
     """Burst size of the per-peer token bucket (chunks of one large message count too)."""
+    scoring: ScoringConfig = ScoringConfig()
+    """Peer scores: who gets ignored for how long, and when they are forgiven."""

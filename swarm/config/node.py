@@ -38,6 +38,9 @@ class SapoConfig(StrictModel):
     catch_up_quorum: int = Field(2, ge=1, le=64)
     """A node far behind jumps its clock once this many distinct peers claim later rounds
     (1 lets a single peer, possibly hostile, move the clock)."""
+    catch_up_min_rounds: int = Field(2, ge=0, le=1024)
+    """Only peers first heard at least this many of our rounds ago, and in good standing
+    (not penalized), count toward the catch-up quorum: fresh keys (sybils) do not."""
     per_sender_cap: int = Field(2, ge=1)
     """At most this many external groups from one sender per round."""
     pool_max_groups: int = Field(1024, ge=1)

@@ -34,6 +34,13 @@ def _is_table_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[0], BaseModel)
 
 
+def _table_rank(value: Any) -> int:
+    """0: a plain key; 1: an array of tables; 2: a sub-table (rendered after its section)."""
+    if isinstance(value, StrictModel):
+        return 2
+    return 1 if _is_table_list(value) else 0
+
+
 def render_section(
     name: str, model: StrictModel, header_doc: str | None, extra_doc: str = ""
 ) -> str:
@@ -42,10 +49,14 @@ def render_section(
         lines += _comment(extra_doc)
     lines.append(f"[{name}]")
     fields = list(type(model).model_fields.items())
-    # Arrays of tables must follow every plain key of their section in TOML.
-    fields.sort(key=lambda item: _is_table_list(getattr(model, item[0])))
+    # Sub-tables and arrays of tables must follow every plain key of their section.
+    fields.sort(key=lambda item: _table_rank(getattr(model, item[0])))
+    subtables = []
     for field_name, info in fields:
         value = getattr(model, field_name)
+        if isinstance(value, StrictModel):
+            subtables.append(render_section(f"{name}.{field_name}", value, info.description))
+            continue
         lines += _comment(info.description)
         if value is None:
             lines.append(f"# {field_name} = (unset)")
@@ -57,7 +68,7 @@ def render_section(
                     lines.append(f"{key} = {_toml_value(item_value)}")
             continue
         lines.append(f"{field_name} = {_toml_value(value)}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *("\n" + table for table in subtables)]) + "\n"
 
 
 def render_config(config: StrictModel, section_notes: dict[str, str] | None = None) -> str:

@@ -100,3 +100,39 @@ def test_status_summarizes_metrics(tmp_path: Path) -> None:
     assert "0.450" in result.output  # mean of the last two rounds' rewards
     empty = runner.invoke(app, ["status", str(tmp_path / "none")])
     assert empty.exit_code == 2
+
+
+def test_status_shows_peer_scores_and_reasons(tmp_path: Path) -> None:
+    from gossip.scoring import PeerScores
+    from swarm.config.network import ScoringConfig
+
+    class Still:
+        def now(self) -> float:
+            return 50.0
+
+        async def sleep(self, seconds: float) -> None:
+            return None
+
+    scores = PeerScores(ScoringConfig(ignore_s=120), Still())
+    for _ in range(4):
+        scores.penalize("12D3KooWforger", "forged_rewards")
+    scores.penalize("12D3KooWsloppy", "unknown_task")
+    record = {
+        "round": 1,
+        "swarm_round": 1,
+        "policy_version": 1,
+        "mean_local_reward": 0.5,
+        "external_groups": 0,
+        "external_by_sender": {},
+        "drops": {"forged_rewards": 4, "ignored_peer": 9},
+        "peer_scores": scores.snapshot(),
+        "bytes_in": 1,
+        "bytes_out": 1,
+        "seconds": {"sample": 0.5, "score": 0.01, "train": 0.4, "total": 1.0},
+    }
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    result = runner.invoke(app, ["status", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "1 / 1 / 0" in result.output  # ignored now / ignore periods / forgiven
+    assert "ignored 120 s more; forged_rewards: 4" in result.output
+    assert "heard; unknown_task: 1" in result.output

@@ -97,15 +97,17 @@ def mosquitto_broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 class PeerProcess:
-    """A running `peer_process.py`: its JSON events, and commands on its stdin."""
+    """A running `peer_process.py` (or `script`): its JSON events, commands on its stdin."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(
+        self, name: str, args: list[str], log_dir: Path, script: Path = PEER_SCRIPT
+    ) -> None:
         self.name = name
         self.stderr_path = log_dir / f"{name}.stderr"
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
         with self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, str(PEER_SCRIPT), *args],
+                [sys.executable, str(script), *args],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -258,11 +260,12 @@ def free_tcp_port() -> int:
 
 @pytest.fixture
 def spawn_peer(tmp_path: Path) -> Iterator[Callable[..., PeerProcess]]:
-    """Start `peer_process.py` with the given arguments; all are stopped at teardown."""
+    """Start `peer_process.py` (or `script=`) with the given arguments; all are stopped
+    at teardown."""
     started: list[PeerProcess] = []
 
-    def spawn(name: str, *args: str) -> PeerProcess:
-        peer = PeerProcess(name, list(args), tmp_path)
+    def spawn(name: str, *args: str, script: Path = PEER_SCRIPT) -> PeerProcess:
+        peer = PeerProcess(name, list(args), tmp_path, script)
         started.append(peer)
         return peer
 

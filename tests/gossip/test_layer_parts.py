@@ -217,13 +217,18 @@ def test_memory_bounds() -> None:
     assert r.pending_bytes == 1000
 
 
-def test_per_sender_bound() -> None:
+def test_per_sender_bound_evicts_the_senders_older_set() -> None:
     r = fresh(max_pending_bytes=10_000, max_message_bytes=2000)
     first = split(b"1" * 2000, 1500)
     second = split(b"2" * 2000, 1500)
-    assert r.add("a", "t", first[0], 0.0) is None
-    assert reason_of(r, second[0]) == "reassembly_full"  # one sender holds <= one max message
-    assert r.add("b", "t", second[0], 0.0) is None
+    assert r.add("a", "t", first[0], 0.0) is None  # its 2nd chunk is lost in transit
+    # One sender holds <= one max message: its older set makes room for the newer one,
+    # so a lost chunk does not lock an honest sender out until the set expires.
+    assert r.add("a", "t", second[0], 0.0) is None
+    assert r.evicted == 1 and r.pending_for("a") == 1500 and len(r) == 1
+    assert r.add("a", "t", second[1], 0.0) == b"2" * 2000
+    assert reason_of(r, first[1]) == "reassembly_full"  # the evicted set stays refused
+    assert r.add("b", "t", first[0], 0.0) is None  # other senders are unaffected
 
 
 def test_partial_count_bounded() -> None:

@@ -254,3 +254,64 @@ def test_equivocation_memory_is_bounded_and_still_detects() -> None:
         router._check_equivocation(msg(seq, b"x" * 100))
     assert len(router._digests) == mod._EQUIVOCATION_MEMORY
     assert router.equivocation_detection == {}  # the library's whole-message store stays empty
+
+
+def test_receive_queue_is_bounded_in_bytes_and_fair_between_origins() -> None:
+    """A flooder fills a reader's 1 MiB queue alone; an honest origin still gets in."""
+
+    async def main() -> None:
+        topic = "swarm/x/rollouts"
+        config = Libp2pTransportConfig(
+            listen=LOCAL, heartbeat_interval_s=0.5, max_queued_bytes=1 << 20
+        )
+        reader = Libp2pTransport(config, Identity.generate())
+        await reader.start()
+        peers = [
+            Libp2pTransport(
+                Libp2pTransportConfig(
+                    listen=LOCAL, bootstrap=reader.listen_addrs(), heartbeat_interval_s=0.5
+                ),
+                Identity.generate(),
+            )
+            for _ in range(2)
+        ]
+        flooder, honest = peers
+        try:
+            await reader.subscribe(topic)
+            for peer in peers:
+                await peer.start()
+                await peer.subscribe(topic)
+            deadline = time.monotonic() + MESH_TIMEOUT_S
+            for peer in peers:
+                while reader.peer_id not in await peer.mesh_peers(topic):
+                    assert time.monotonic() < deadline, "no mesh"
+                    await asyncio.sleep(0.05)
+            for i in range(40):  # 4 MB at a reader that does not read
+                await flooder.publish(topic, bytes([i]) * 100_000)
+            while reader.received + reader.dropped_incoming < 40:
+                assert time.monotonic() < deadline, reader.stats()
+                await asyncio.sleep(0.05)
+            stats = reader.stats()
+            assert stats["dropped_incoming_by_reason"] == {"bytes_full": 30}
+            assert 10 * 100_000 <= stats["queued_bytes"] <= 1 << 20
+            for i in range(3):
+                await honest.publish(topic, bytes([200 + i]) * 50_000)
+            while reader.received < 13:
+                assert time.monotonic() < deadline, reader.stats()
+                await asyncio.sleep(0.05)
+            stats = reader.stats()
+            # The honest messages evicted the flooder's newest, never the other way round.
+            dropped = stats["dropped_incoming_by_reason"]
+            assert dropped.keys() == {"bytes_full", "evicted"} and dropped["bytes_full"] == 30
+            kept = 10 - dropped["evicted"]
+            assert stats["peak_queued_bytes"] <= 1 << 20
+            got = [await asyncio.wait_for(reader.receive(), 5) for _ in range(kept + 3)]
+            assert [m.data[:1] for m in got[:kept]] == [bytes([i]) for i in range(kept)]
+            assert [m.data[:1] for m in got[kept:]] == [bytes([200 + i]) for i in range(3)]
+            assert {m.via for m in got[kept:]} == {honest.peer_id}
+            assert reader.stats()["queued_bytes"] == 0
+        finally:
+            for transport in (*peers, reader):
+                await transport.stop()
+
+    asyncio.run(main())

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gossip.inbox import MESSAGE_OVERHEAD_BYTES
 from gossip.memory import (
     MemoryMessage,
     MemoryNetwork,
@@ -221,5 +222,33 @@ def test_enqueue_refuses_stopped_or_unsubscribed(net_name: str) -> None:
         assert b.drops["not_subscribed"] == 1
         await b.subscribe("t")
         assert b.enqueue("t", b"x", source="a")
+
+    asyncio.run(main())
+
+
+def test_queue_is_bounded_in_bytes_too(net_name: str) -> None:
+    async def main() -> None:
+        a = make(net_name, "a", max_bytes=4096)
+        config = MemoryTransportConfig(
+            network=net_name, max_message_bytes=4096, max_queued_bytes=10_000
+        )
+        b = MemoryTransport(config, "b", queue_size=100)
+        await started(a, b)
+        for i in range(5):
+            await a.publish("t", bytes([i]) * 3000)  # 3512 bytes charged each
+        assert b.pending() == 2 and b.drops["queue_full"] == 3
+        assert b.queued_bytes == 2 * (3000 + MESSAGE_OVERHEAD_BYTES)
+        assert (await b.receive()).data[0] == 0
+        await a.publish("t", b"\x09" * 3000)
+        assert [(await b.receive()).data[0] for _ in range(2)] == [1, 9]
+        assert b.queued_bytes == 0
+        # A message larger than the byte bound still gets through an empty queue.
+        big = MemoryTransportConfig(
+            network=net_name, max_message_bytes=50_000, max_queued_bytes=10_000
+        )
+        c = MemoryTransport(big, "c")
+        await started(c)
+        await c.publish("t", b"x" * 20_000)
+        assert b.pending() == 1 and (await b.receive()).data == b"x" * 20_000
 
     asyncio.run(main())

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gossip.mqtt import MqttTransport
-from swarm.config.network import MqttTransportConfig
+from swarm.config.network import ONE_MIB, MqttTransportConfig
 from swarm.identity import Identity
 
 PeerProcess = Any  # conftest.PeerProcess (conftest modules are not imported by tests)
@@ -177,6 +177,52 @@ def test_receive_queue_is_bounded_and_counts_drops(mosquitto_broker: Any) -> Non
             assert reader.received == 5 and reader.dropped_incoming == 15
             first = await reader.receive()
             assert first.data == b"\x00" and first.via is None
+        finally:
+            await sender.stop()
+            await reader.stop()
+
+    asyncio.run(main())
+
+
+def test_receive_queue_is_bounded_in_bytes_and_oversize_stays_at_the_broker(
+    mosquitto_broker: Any,
+) -> None:
+    async def main() -> None:
+        broker = {"host": mosquitto_broker.host, "port": mosquitto_broker.port}
+        sender = MqttTransport(
+            MqttTransportConfig(**broker, max_message_bytes=4 * ONE_MIB), Identity.generate()
+        )
+        reader = MqttTransport(
+            MqttTransportConfig(**broker, max_message_bytes=256 * 1024, max_queued_bytes=ONE_MIB),
+            Identity.generate(),
+        )
+        await sender.start()
+        await reader.start()
+        try:
+            topic = "swarm/x/rollouts"
+            await reader.subscribe(topic)
+            # Over the reader's packet limit: the broker never sends it (paho would buffer
+            # all 3 MB before anything could refuse it).
+            await sender.publish(topic, b"\x01" * (3 * ONE_MIB))
+            for i in range(10):
+                await sender.publish(topic, bytes([i]) * 200_000)
+            deadline = time.monotonic() + TIMEOUT_S
+            while reader.received + reader.dropped_incoming < 10:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+            stats = reader.stats()
+            # 1 MiB holds five 200 kB messages (plus 512 B each), not six.
+            assert (stats["received"], stats["dropped_incoming"]) == (5, 5)
+            assert stats["dropped_incoming_by_reason"] == {"bytes_full": 5}
+            assert 5 * 200_000 <= stats["queued_bytes"] <= ONE_MIB
+            got = [await reader.receive() for _ in range(5)]
+            assert [m.data[0] for m in got] == [0, 1, 2, 3, 4]
+            assert reader.stats()["queued_bytes"] == 0
+            assert reader.connected and reader.reconnects == 0
+            await sender.publish(topic, b"after")
+            message = await asyncio.wait_for(reader.receive(), TIMEOUT_S)
+            assert message.data == b"after"
         finally:
             await sender.stop()
             await reader.stop()

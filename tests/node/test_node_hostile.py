@@ -88,4 +88,9 @@ def test_running_node_drops_bad_messages_and_keeps_training(tmp_path: Path) -> N
     ):
         assert drops.get(reason, 0) >= 1, (reason, drops)
     assert node.swarm_round.value < 1000  # the future message did not move the clock
-    assert node.peer_faults[attacker.peer_id] >= 2
+    assert node.peer_faults[attacker.peer_id] == 1  # the prompt mismatch
+    # The signed refusals are blamed on the attacker and scored: -5 (mismatch) -5 (swarm).
+    blamed = node.gossip.counters.per_peer_drops[attacker.peer_id]
+    assert blamed["prompt_mismatch"] == 1 and blamed["wrong_swarm"] == 1
+    assert node.gossip.scores.score(attacker.peer_id) < -9
+    assert records[-1]["peer_scores"]["peers"][attacker.peer_id]["reasons"] == dict(blamed)

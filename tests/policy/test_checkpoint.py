@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import SafetensorError
 
+import policy.checkpoint as checkpoint_module
 from policy.checkpoint import (
     CheckpointError,
     latest_valid_checkpoint,
@@ -125,3 +128,36 @@ def test_rng_state_round_trip() -> None:
     restore_rng_state(state)
     got = (random.random(), torch.rand(2))
     assert got[0] == expected[0] and torch.equal(got[1], expected[1])
+
+
+def test_a_full_disk_raises_oserror_and_keeps_the_older_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = _trained(steps=1)
+    target = tmp_path / "latest"
+    save_checkpoint(target, t.model, t.optimizer, {}, {"step": 1})
+    real = checkpoint_module.save_file
+
+    def full_disk(tensors: dict, filename: str) -> None:
+        real(tensors, filename)  # part of the data may be there (and must be cleaned up)
+        # safetensors 0.8's own words for ENOSPC (tests/node/test_faults.py gets a real
+        # EFBIG from it in a process under RLIMIT_FSIZE)
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(checkpoint_module, "save_file", full_disk)
+    with pytest.raises(OSError) as info:
+        save_checkpoint(target, t.model, t.optimizer, {}, {"step": 2})
+    assert info.value.errno == errno.ENOSPC
+    assert str(info.value.filename).endswith("model.safetensors")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]  # no temp dir left
+    manifest, _ = load_checkpoint(target, _trained(seed=1).model, None)
+    assert manifest["step"] == 1
+
+    def not_io(tensors: dict, filename: str) -> None:
+        raise SafetensorError("invalid tensor")
+
+    monkeypatch.setattr(checkpoint_module, "save_file", not_io)
+    with pytest.raises(SafetensorError, match="invalid tensor"):  # a bug stays a bug
+        save_checkpoint(target, t.model, t.optimizer, {}, {"step": 2})

@@ -183,6 +183,25 @@ def test_header_json_must_describe_1d_tensors() -> None:
     assert _reason(struct.pack("<Q", len(raw)) + raw + b"\0" * 4) == "bad_delta"
 
 
+def _packet_with_header(header: dict, body: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + body
+
+
+def test_header_values_of_unhashable_or_huge_types_are_refused() -> None:
+    """Found by benchmarks/fuzz_wire.py: these escaped as TypeError and ValueError."""
+    data = encode_packet(_topk())
+    (length,) = struct.unpack("<Q", data[:8])
+    header, body = json.loads(data[8 : 8 + length]), data[8 + length :]
+    for dtype in ({"a": 1}, ["U8"]):
+        entry = {**header["scales"], "dtype": dtype}
+        assert _reason(_packet_with_header({**header, "scales": entry}, body)) == "bad_delta"
+    # an integer literal longer than Python's int() limit (4300 digits) in the JSON header
+    raw = json.dumps(header).replace('"k": "', '"k": ' + "9" * 4400 + ', "x": "', 1).encode()
+    assert b"9" * 4400 in raw
+    assert _reason(struct.pack("<Q", len(raw)) + raw + body) == "bad_delta"
+
+
 def test_oversized_packets_are_refused_before_parsing() -> None:
     data = encode_packet(_topk())
     with pytest.raises(DeltaCodecError, match="over the bound"):

@@ -127,3 +127,21 @@ def test_non_finite_reward_scores_zero() -> None:
 def test_duplicate_registration_refused() -> None:
     with pytest.raises(ValueError):
         register_correctness("exact", lambda s, t, a: 1.0, slow=False, doc="dup")
+
+
+def test_extract_answer_matches_the_regex_and_stays_linear_on_hostile_text() -> None:
+    import random
+    import re
+    import time
+
+    pattern = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+    rng = random.Random(0)
+    parts = ["<answer>", "</answer>", "7", " ", "\n", "<", "/"]
+    for _ in range(5000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randrange(30)))
+        found = pattern.findall(text)
+        expected = found[-1].strip() if found else text.split("\n", 1)[0].strip()
+        assert extract_answer(text) == (expected or None), text
+    start = time.process_time()
+    extract_answer("<answer>" * 8192)  # 64 KB: quadratic for the regex (seconds)
+    assert time.process_time() - start < 0.2

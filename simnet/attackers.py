@@ -1,0 +1,271 @@
+"""Hostile peers on the wire: simnet attackers, each misbehaving in one documented way.
+
+An attacker is a simulated peer with a network slot, a key (or many, for `sybil`) and a
+view of the swarm round (it reads the rounds of the messages it is delivered, as a real
+attacker would), but no learner: every `every_s` virtual seconds it sends what its
+behaviour says, straight into the link model (so it can also send what an honest
+transport would refuse to carry, such as oversized messages).
+
+Behaviours (`ATTACK_BEHAVIORS`):
+- `garbage`: random bytes, msgpack-shaped junk and messages over the transport limit.
+- `wrong_swarm`: well-formed rollout batches, validly signed, for another swarm id.
+- `replay`: re-sends honest peers' messages it received (recent and old), unchanged.
+- `flood`: valid signed hellos, `flood_messages` per tick, far beyond the rate limit.
+- `mismatched_prompt`: groups whose completions are the referenced task's answer but
+  whose prompt is another task's (a faked question/answer pair).
+- `forged_rewards`: groups of the right prompt with mostly wrong completions, all
+  claiming the top reward.
+- `sybil`: `sybil_keys` identities of one attacker; each claims rounds far in the future
+  (to push honest clocks, which would make honest work stale) and sends forged groups.
+- `silent_mid_chunk`: starts large validly signed chunked messages and goes silent
+  halfway, leaving partial sets in receivers' reassembly buffers.
+
+Invariants:
+- Deterministic: every choice comes from the attacker's own seeded RNG and the messages
+  it has been delivered; keys derive from the run seed.
+- Attackers never train and report no rewards: run summaries keep them out of the
+  honest nodes' figures.
+- No torch: attackers run in stub and real-model scenarios alike.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gossip.chunking import split
+from rewards.mixture import TaskStream
+from rewards.tasks import make_task
+from swarm.codec import Limits, unpack
+from swarm.config import NodeConfig
+from swarm.envelope import seal
+from swarm.errors import WireError
+from swarm.identity import Identity
+from swarm.messages import (
+    MAX_TEXT_CHARS,
+    Chunk,
+    Hello,
+    RolloutBatch,
+    RolloutGroup,
+    TaskRef,
+    encode_payload,
+)
+from swarm.transport import peers_topic, rollouts_topic
+
+ATTACK_BEHAVIORS = (
+    "garbage",
+    "wrong_swarm",
+    "replay",
+    "flood",
+    "mismatched_prompt",
+    "forged_rewards",
+    "sybil",
+    "silent_mid_chunk",
+)
+FORGED_REWARD = 1.0
+"""The reward forged groups claim for every completion (the correctness maximum)."""
+_PEEK_LIMITS = Limits(
+    max_message_bytes=64 << 20,
+    max_str_len=1024,
+    max_bin_len=64 << 20,
+    max_array_len=16,
+    max_map_len=16,
+    max_depth=2,
+)
+
+Publish = Callable[[str, bytes], None]
+
+
+@dataclass(frozen=True)
+class AttackSettings:
+    behavior: str
+    every_s: float
+    flood_messages: int
+    sybil_keys: int
+    groups_per_batch: int
+
+
+class Attacker:
+    """One hostile peer (see the module docstring for the behaviours)."""
+
+    def __init__(
+        self,
+        settings: AttackSettings,
+        config: NodeConfig,
+        identities: list[Identity],
+        publish: Publish,
+        rng: random.Random,
+        task_seed: int,
+        start_seq: int,
+    ) -> None:
+        if settings.behavior not in ATTACK_BEHAVIORS:
+            raise ValueError(f"unknown attack behavior {settings.behavior!r}")
+        if not identities:
+            raise ValueError("an attacker needs at least one identity")
+        self.settings = settings
+        self.config = config
+        self.identities = identities
+        self.publish = publish
+        self.rng = rng
+        self.swarm_id = config.node.swarm_id
+        self.rollouts = rollouts_topic(self.swarm_id)
+        self.peers = peers_topic(self.swarm_id)
+        self.tasks = TaskStream(config.tasks, task_seed)
+        self.group_size = config.sampler.group_size
+        self.max_message_bytes = config.transport.max_message_bytes
+        self.round = 0
+        self.sent = 0
+        self._seq = start_seq
+        self._recent: deque[tuple[str, bytes]] = deque(maxlen=64)
+        self._old: deque[tuple[str, bytes]] = deque(maxlen=64)
+
+    @property
+    def behavior(self) -> str:
+        return self.settings.behavior
+
+    # ---- what it hears ---------------------------------------------------------------
+
+    def observe(self, topic: str, data: bytes) -> None:
+        """A message delivered to the attacker: learn the round, keep it for replays."""
+        try:
+            fields = unpack(data, _PEEK_LIMITS)
+        except WireError:
+            return  # someone else's junk: nothing to learn from it
+        if isinstance(fields, list) and len(fields) == 8 and isinstance(fields[5], int):
+            if fields[5] <= self.round + self.config.sapo.max_ahead:
+                self.round = max(self.round, fields[5])
+        if len(self._recent) == self._recent.maxlen:
+            self._old.append(self._recent[0])
+        self._recent.append((topic, data))
+
+    # ---- what it sends ---------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Send one tick's worth of this behaviour."""
+        getattr(self, f"_tick_{self.behavior}")()
+
+    def _send(self, topic: str, data: bytes) -> None:
+        self.publish(topic, data)
+        self.sent += 1
+
+    def _sealed(
+        self,
+        identity: Identity,
+        kind: str,
+        payload: bytes,
+        *,
+        round: int | None = None,
+        swarm_id: str | None = None,
+    ) -> bytes:
+        self._seq += 1
+        return seal(
+            identity,
+            kind=kind,
+            swarm_id=swarm_id or self.swarm_id,
+            seq=self._seq,
+            round=self.round if round is None else round,
+            payload=payload,
+        ).encode()
+
+    def _tasks(self) -> list[TaskRef]:
+        return self.tasks.next_refs(self.settings.groups_per_batch)
+
+    def _group(
+        self, ref: TaskRef, prompt: str, completions: list[str], rewards: list[float]
+    ) -> RolloutGroup:
+        return RolloutGroup(ref, prompt, tuple(completions), tuple(rewards), "attacker", 0)
+
+    def _honest_looking_groups(self) -> list[RolloutGroup]:
+        groups = []
+        for ref in self._tasks():
+            task = make_task(ref)
+            completions = [
+                task.answer if self.rng.random() < 0.5 else task.answer + "0"
+                for _ in range(self.group_size)
+            ]
+            rewards = [1.0 if c == task.answer else 0.0 for c in completions]
+            groups.append(self._group(ref, task.prompt, completions, rewards))
+        return groups
+
+    def _forged_groups(self) -> list[RolloutGroup]:
+        groups = []
+        for ref in self._tasks():
+            task = make_task(ref)
+            wrong = [f"{task.answer}{self.rng.randrange(10)}" for _ in range(self.group_size - 1)]
+            completions = [task.answer, *wrong]
+            groups.append(
+                self._group(ref, task.prompt, completions, [FORGED_REWARD] * self.group_size)
+            )
+        return groups
+
+    def _batch(self, groups: list[RolloutGroup]) -> bytes:
+        return encode_payload(RolloutBatch(tuple(groups)))
+
+    def _tick_garbage(self) -> None:
+        rng = self.rng
+        self._send(self.rollouts, rng.randbytes(rng.randrange(1, 4096)))
+        junk = [rng.randrange(-(2**40), 2**40) for _ in range(8)]
+        shaped = bytes([0x98]) + b"".join(  # a msgpack array of 8 int64s: not an envelope
+            bytes([0xD3]) + (v % 2**64).to_bytes(8, "big") for v in junk
+        )
+        self._send(self.peers, shaped)
+        oversize = self.max_message_bytes + rng.randrange(4096, 65536)  # past any margin
+        self._send(self.rollouts, rng.randbytes(oversize))
+
+    def _tick_wrong_swarm(self) -> None:
+        batch = self._batch(self._honest_looking_groups())
+        self._send(
+            self.rollouts,
+            self._sealed(self.identities[0], "rollouts", batch, swarm_id=f"{self.swarm_id}-x"),
+        )
+
+    def _tick_replay(self) -> None:
+        pool = list(self._recent) + list(self._old)
+        for _ in range(min(8, len(pool))):
+            topic, data = pool[self.rng.randrange(len(pool))]
+            self._send(topic, data)
+
+    def _tick_flood(self) -> None:
+        hello = encode_payload(Hello("attacker", "attacker", 0, ()))
+        for _ in range(self.settings.flood_messages):
+            self._send(self.peers, self._sealed(self.identities[0], "hello", hello))
+
+    def _tick_mismatched_prompt(self) -> None:
+        groups = []
+        for ref in self._tasks():
+            task = make_task(ref)
+            other = make_task(TaskRef(ref.source, ref.seed, ref.index + 1))
+            completions = [task.answer] * (self.group_size - 1) + [task.answer + "0"]
+            rewards = [1.0] * (self.group_size - 1) + [0.0]
+            groups.append(self._group(ref, other.prompt, completions, rewards))
+        self._send(self.rollouts, self._sealed(self.identities[0], "rollouts", self._batch(groups)))
+
+    def _tick_forged_rewards(self) -> None:
+        batch = self._batch(self._forged_groups())
+        self._send(self.rollouts, self._sealed(self.identities[0], "rollouts", batch))
+
+    def _tick_sybil(self) -> None:
+        future = self.round + self.config.sapo.max_ahead + 50
+        hello = encode_payload(Hello("attacker", "attacker", 0, ()))
+        for identity in self.identities:
+            self._send(self.peers, self._sealed(identity, "hello", hello, round=future))
+            batch = self._batch(self._forged_groups())
+            self._send(self.rollouts, self._sealed(identity, "rollouts", batch))
+
+    def _tick_silent_mid_chunk(self) -> None:
+        identity = self.identities[0]
+        groups = self._honest_looking_groups()
+        per_text = 3 * self.max_message_bytes // max(len(groups) * self.group_size, 1)
+        filler = "a" * min(per_text, MAX_TEXT_CHARS - 64)
+        padded = [
+            self._group(g.task, g.prompt, [c + filler for c in g.completions], list(g.rewards))
+            for g in groups
+        ]
+        whole = self._sealed(identity, "rollouts", self._batch(padded))
+        # At least 4 chunks whatever the size, so that half of them is never the whole.
+        chunk_data = min(self.max_message_bytes - 512, len(whole) // 4 + 1)
+        chunks = split(whole, chunk_data)
+        for chunk in chunks[: max(1, len(chunks) // 2)]:
+            self._send(self.rollouts, self._sealed(identity, Chunk.KIND, encode_payload(chunk)))

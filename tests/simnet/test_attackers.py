@@ -1,0 +1,83 @@
+"""Wire attackers in simnet: each behaviour is refused for its reason, attributable ones
+get their keys ignored, and the honest nodes finish every round and keep learning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simnet import attackers
+from simnet.engine import Simulation
+from simnet.scenario import ATTACK_BEHAVIORS
+from tests.simnet.helpers import scenario
+
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "garbage": ("malformed", "oversize"),
+    "wrong_swarm": ("wrong_swarm", "ignored_peer"),
+    "replay": ("duplicate",),
+    "flood": ("rate_limited", "ignored_peer"),
+    "mismatched_prompt": ("prompt_mismatch", "ignored_peer"),
+    "forged_rewards": ("forged_rewards", "ignored_peer"),
+    "sybil": ("from_future", "forged_rewards", "ignored_peer"),
+    "silent_mid_chunk": ("reassembly_expired",),
+}
+ATTRIBUTABLE = {"wrong_swarm", "flood", "mismatched_prompt", "forged_rewards", "sybil"}
+
+
+def attacked(behavior: str, rounds: int = 16) -> Any:
+    return scenario(
+        rounds=rounds,
+        defaults={
+            "sapo": {"local_groups": 2, "external_groups": 2, "max_staleness": 2},
+            "sampler": {"group_size": 4},
+            "gossip": {
+                "rate_limit_per_s": 5.0,
+                "rate_burst": 20,
+                "reassembly_timeout_s": 10.0,
+            },
+        },
+        network={"max_message_bytes": 16 * 1024},
+        nodes=[
+            {"name": "n", "count": 4, "model": "stub", "stub": {"skill": 0.3, "rate": 0.01}},
+            {
+                "name": "evil",
+                "behavior": behavior,
+                "hostile": {"every_s": 2.0, "flood_messages": 40, "sybil_keys": 6},
+            },
+        ],
+    )
+
+
+def test_the_scenario_schema_knows_every_attack() -> None:
+    assert set(ATTACK_BEHAVIORS) == set(attackers.ATTACK_BEHAVIORS) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("behavior", sorted(EXPECTED))
+def test_each_attack_is_refused_for_its_reason(behavior: str, tmp_path: Path) -> None:
+    summary = Simulation(attacked(behavior), None, 0, tmp_path).run()
+    (attacker,) = summary["attackers"]
+    assert attacker["behavior"] == behavior and attacker["messages_sent"] > 10
+    assert len(summary["nodes"]) == 4  # the attacker is not among the learning nodes
+    for node in summary["nodes"]:
+        assert node["rounds_done"] == 16
+        drops = node["drops_last_incarnation"]
+        assert drops.get("internal_error", 0) == 0
+        for reason in EXPECTED[behavior]:
+            assert drops.get(reason, 0) >= 1, (behavior, reason, drops)
+        if behavior in ATTRIBUTABLE:
+            assert node["peer_scores_last_incarnation"]["ignores_started"] >= 1
+        # Swarm rounds run ~2x local ones; a sybil push would add 50+ (claims at +58).
+        assert node["swarm_round"] < 2 * 16 + 10
+        assert node["external_used"] > 0  # honest sharing goes on
+
+
+def test_a_forger_is_ignored_then_forgiven_then_ignored_longer(tmp_path: Path) -> None:
+    run = attacked("forged_rewards", rounds=30)
+    data = run.model_dump()
+    data["defaults"]["gossip"]["scoring"] = {"ignore_s": 20.0, "max_ignore_s": 80.0}
+    summary = Simulation(type(run).model_validate(data), None, 0, tmp_path).run()
+    for node in summary["nodes"]:
+        scores = node["peer_scores_last_incarnation"]
+        assert scores["ignores_started"] >= 2 and scores["forgiven"] >= 1

@@ -1,25 +1,25 @@
 """Honest nodes' learning with 0%, 10% and 30% of the swarm hostile, of each kind.
 
 A simnet swarm of `--nodes` slots (default 10): the honest ones are `builtin:tiny` nodes
-warm-started from one weak shared base (15 supervised steps on 1-digit addition, about 3%
-correct: local groups rarely carry a GRPO signal, so sharing matters), G = 8, SAPO 4
-local / 4 external. A hostile share of the slots is taken by wire attackers of one kind
-(`simnet.attackers`). Baselines in the same run: the same honest swarm with no attacker
-(0%), and the *silo*: every node alone with 8 local groups per round (no sharing).
+learning the `digit` task from random weights with the demo's settings (`--base weak`:
+1-digit addition from a 15-step warm start instead), G = 8, SAPO 4 local / 4 external. A
+hostile share of the slots is taken by wire attackers of one kind (`simnet.attackers`).
+Baselines in the same run: the same honest swarm with no attacker (0%), and the *silo*:
+every node alone with 8 local groups per round (no sharing).
 
 Reported, per configuration: honest nodes' cumulative reward (sum over rounds of the mean
-reward of a node's own samples, averaged over honest nodes; mean ± std over seeds), its
-ratio to the silo, messages refused at honest nodes by reason (per honest node, mean over
-seeds) and how many ignore periods honest nodes started. The goal: with 30% hostile,
-honest nodes still beat the silo.
+reward of a node's own samples, averaged over honest nodes; mean ± std over seeds), the
+ratio to the silo runs of the same honest nodes, messages refused at honest nodes by
+reason (per honest node, mean over seeds) and how many ignore periods honest nodes
+started. The goal: with 30% hostile, honest nodes still beat the silo.
 
     .venv/bin/python -m benchmarks.hostile_swarm                      # the full table
-    .venv/bin/python -m benchmarks.hostile_swarm --quick              # a stub-model smoke run
+    .venv/bin/python -m benchmarks.hostile_swarm --quick              # stub learners
 
 Runs are independent simulations (deterministic for a seed) spread over `--jobs`
 processes. Poisoned weight deltas are measured by `benchmarks/delta_frontier.py` and
-`tests/simnet/test_poisoned_deltas.py` (deltas need one model family, which the shared
-warm start does not give).
+`tests/simnet/test_poisoned_deltas.py` (deltas need one model family, which per-node
+initial weights do not give).
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ def run_one(job: Job) -> dict[str, Any]:
         "attackers": attackers,
         "behavior": behavior,
         "cumulative_reward": summary["cumulative_reward"],
+        "per_node": {n["name"]: n["cumulative_reward"] for n in summary["nodes"]},
         "final_reward": summary["final_reward"],
         "external_per_round": summary["external_per_round"],
         "refused_per_node": {k: v / count for k, v in sorted(refused.items())},
@@ -167,11 +168,20 @@ def aggregate(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_label: dict[str, list[dict[str, Any]]] = {}
     for result in results:
         by_label.setdefault(result["label"], []).append(result)
-    silo = {r["seed"]: r["cumulative_reward"] for r in by_label.get(SILO, [])}
+    # A silo node's run does not depend on which other nodes exist (its seeds, compute
+    # jitter and start time derive from its name), so each configuration is compared with
+    # the silo runs of *the same* honest nodes: the ratio of their mean cumulative rewards.
+    silo = {r["seed"]: r["per_node"] for r in by_label.get(SILO, [])}
     rows = []
     for label, runs in by_label.items():
         mean, std = _mean_std([r["cumulative_reward"] for r in runs])
-        paired = [r["cumulative_reward"] / silo[r["seed"]] for r in runs if silo.get(r["seed"])]
+        paired = []
+        for r in runs:
+            alone = silo.get(r["seed"], {})
+            names = [n for n in r["per_node"] if n in alone]
+            base = sum(alone[n] for n in names)
+            if names and base > 0:
+                paired.append(sum(r["per_node"][n] for n in names) / base)
         refused: Counter[str] = Counter()
         for r in runs:
             refused.update(r["refused_per_node"])
@@ -198,7 +208,8 @@ def aggregate(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"Honest nodes' cumulative reward over {args.rounds} rounds, {args.nodes} slots, "
-        f"seeds {args.seeds}; `vs silo` is the per-seed ratio to the silo, mean (min).",
+        f"seeds {args.seeds}; `vs silo`: per seed, the honest nodes' cumulative reward over "
+        "the same nodes' in the silo run; mean over seeds (worst seed).",
         "",
         "| configuration | honest / hostile | cumulative reward | vs silo | external groups "
         "/ round | ignore periods / honest node | refused / honest node (top reasons) |",
@@ -288,10 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown kinds {unknown}; choose from {', '.join(ATTACK_BEHAVIORS)}")
     configs = configurations(args.nodes, args.fractions, args.kinds)
     shape = (args.group_size, args.groups, args.lr)
-    jobs: list[Job] = [
+    jobs: list[Job] = [  # seed-major: every configuration of one seed finishes first
         (*c, seed, args.rounds, args.quick, shape, args.base)
-        for c in configs
         for seed in args.seeds
+        for c in configs
     ]
     results: list[dict[str, Any]] = []
     start = time.perf_counter()

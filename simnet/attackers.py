@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from gossip.chunking import split
 from rewards.mixture import TaskStream
 from rewards.tasks import make_task
+from simnet.scenario import ATTACK_BEHAVIORS
 from swarm.codec import Limits, unpack
 from swarm.config import NodeConfig
 from swarm.envelope import seal
@@ -54,16 +55,6 @@ from swarm.messages import (
 )
 from swarm.transport import peers_topic, rollouts_topic
 
-ATTACK_BEHAVIORS = (
-    "garbage",
-    "wrong_swarm",
-    "replay",
-    "flood",
-    "mismatched_prompt",
-    "forged_rewards",
-    "sybil",
-    "silent_mid_chunk",
-)
 FORGED_REWARD = 1.0
 """The reward forged groups claim for every completion (the correctness maximum)."""
 _PEEK_LIMITS = Limits(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -208,17 +208,6 @@ class StubSpec(StrictModel):
     """Skill gained toward 1 per informative group trained (the toy learning rule)."""
 
 
-ATTACK_BEHAVIORS = (
-    "garbage",
-    "wrong_swarm",
-    "replay",
-    "flood",
-    "mismatched_prompt",
-    "forged_rewards",
-    "sybil",
-    "silent_mid_chunk",
-)
-"""Behaviours of wire attackers (`simnet.attackers`): peers that send, never train."""
 Behavior = Literal[
     "honest",
     "poison_deltas",
@@ -231,6 +220,10 @@ Behavior = Literal[
     "sybil",
     "silent_mid_chunk",
 ]
+ATTACK_BEHAVIORS: tuple[str, ...] = tuple(
+    b for b in get_args(Behavior) if b not in ("honest", "poison_deltas")
+)
+"""Behaviours of wire attackers (`simnet.attackers`): peers that send, never train."""
 
 
 class HostileSpec(StrictModel):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -47,13 +46,10 @@ from swarm.config.network import (
 from swarm.identity import Identity
 from swarm.messages import DeltaPacket
 from swarm.transport import Transport, deltas_topic
+from tests.gossip.peer_process import emit, report_mesh, run_until_done
 
 FAMILY = "flood"
 MIB = 1 << 20
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
 
 
 def read_status() -> dict[str, int]:
@@ -153,38 +149,16 @@ class FloodPeer:
         addrs = self.transport.listen_addrs() if hasattr(self.transport, "listen_addrs") else []
         emit("ready", peer_id=self.identity.peer_id, addrs=addrs, rss=read_status()["VmRSS"])
         tasks = [
-            asyncio.create_task(self._mesh_loop(), name="mesh"),
+            asyncio.create_task(report_mesh(self.transport, self.topic), name="mesh"),
             asyncio.create_task(self._command_loop(), name="commands"),
         ]
         if self.args.role == "recv":
             tasks.append(asyncio.create_task(self._consume(), name="consume"))
-        done_wait = asyncio.create_task(self.done.wait(), name="done")
         try:
-            finished, _ = await asyncio.wait(
-                [*tasks, done_wait], return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in finished:
-                if task is not done_wait and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            await run_until_done(tasks, self.done)
         finally:
-            for task in [*tasks, done_wait]:
-                task.cancel()
-            await asyncio.gather(*tasks, done_wait, return_exceptions=True)
             await self.gossip.stop()
             emit("done")
-
-    async def _mesh_loop(self) -> None:
-        last: list[str] | None = None
-        while True:
-            mesh_peers = getattr(self.transport, "mesh_peers", None)
-            if mesh_peers is not None:
-                peers = sorted(await mesh_peers(self.topic))
-            else:
-                peers = sorted(self.transport.connected_peers())
-            if peers != last:
-                emit("mesh", peers=peers)
-                last = peers
-            await asyncio.sleep(0.1)
 
     async def _consume(self) -> None:
         while True:

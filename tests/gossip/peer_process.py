@@ -63,6 +63,39 @@ def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
+async def mesh_of(transport: Transport, topic: str) -> list[str]:
+    """The peers this transport meshes with on `topic` (its connections if no mesh)."""
+    mesh_peers = getattr(transport, "mesh_peers", None)
+    if mesh_peers is not None:
+        return sorted(await mesh_peers(topic))
+    return sorted(transport.connected_peers())
+
+
+async def report_mesh(transport: Transport, topic: str) -> None:
+    """Emit a `mesh` event whenever the mesh on `topic` changes (forever)."""
+    last: list[str] | None = None
+    while True:
+        peers = await mesh_of(transport, topic)
+        if peers != last:
+            emit("mesh", peers=peers)
+            last = peers
+        await asyncio.sleep(0.1)
+
+
+async def run_until_done(tasks: list[asyncio.Task[Any]], done: asyncio.Event) -> None:
+    """Wait until `done` is set or a task ends (re-raising its error); cancel the rest."""
+    done_wait = asyncio.create_task(done.wait(), name="done")
+    try:
+        finished, _ = await asyncio.wait([*tasks, done_wait], return_when=asyncio.FIRST_COMPLETED)
+        for task in finished:
+            if task is not done_wait and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        for task in [*tasks, done_wait]:
+            task.cancel()
+        await asyncio.gather(*tasks, done_wait, return_exceptions=True)
+
+
 def bench_gossip_config() -> GossipConfig:
     """Gossip limits loose enough for bulk tests and benchmarks (no rate-limit drops)."""
     return GossipConfig(rate_limit_per_s=1e6, rate_burst=1_000_000)
@@ -120,47 +153,23 @@ class Peer:
         )
         tasks = [
             asyncio.create_task(self._receive_loop(), name="receive"),
-            asyncio.create_task(self._mesh_loop(), name="mesh"),
+            asyncio.create_task(report_mesh(self.transport, self.topic), name="mesh"),
             asyncio.create_task(self._command_loop(), name="commands"),
         ]
         if self.args.mode == "send":
             tasks.append(asyncio.create_task(self._auto_send(), name="auto-send"))
-        done_wait = asyncio.create_task(self.done.wait(), name="done")
         try:
-            finished, _ = await asyncio.wait(
-                [*tasks, done_wait], return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in finished:
-                if task is not done_wait and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            await run_until_done(tasks, self.done)
         finally:
-            for task in [*tasks, done_wait]:
-                task.cancel()
-            await asyncio.gather(*tasks, done_wait, return_exceptions=True)
             if self.gossip is not None:
                 await self.gossip.stop()
             else:
                 await self.transport.stop()
             emit("done")
 
-    async def mesh(self) -> list[str]:
-        mesh_peers = getattr(self.transport, "mesh_peers", None)
-        if mesh_peers is not None:
-            return sorted(await mesh_peers(self.topic))
-        return sorted(self.transport.connected_peers())
-
-    async def _mesh_loop(self) -> None:
-        last: list[str] | None = None
-        while True:
-            peers = await self.mesh()
-            if peers != last:
-                emit("mesh", peers=peers)
-                last = peers
-            await asyncio.sleep(0.1)
-
     async def _auto_send(self) -> None:
         deadline = time.monotonic() + self.args.wait_timeout
-        while len(await self.mesh()) < self.args.wait_mesh:
+        while len(await mesh_of(self.transport, self.topic)) < self.args.wait_mesh:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"mesh did not reach {self.args.wait_mesh} peers")
             await asyncio.sleep(0.05)

@@ -599,7 +599,7 @@ def _group(source: str, seed: int, index: int, prompt: str, n: int) -> RolloutGr
 def corpus_payloads() -> dict[str, tuple[Payload, ...]]:
     """Valid payloads of every kind, from small to near their bounds."""
     inner = seal(
-        SIGNERS[0], kind="hello", swarm_id=SWARM_ID, seq=1, round=1,
+        SIGNERS[0], kind="hello", swarm_id=SWARM_ID, seq=1, policy_version=1,
         payload=encode_payload(Hello("m", FAMILY, 1)),
     ).encode() * 3  # fmt: skip
     return {
@@ -645,7 +645,7 @@ def wire_corpus() -> WireCorpus:
             signer = SIGNERS[(i + j) % len(SIGNERS)]
             seq, rnd = (2**63 - 1, 2**63 - 1) if j == 2 else (10 * i + j + 1, 5)
             envelopes.append(
-                seal(signer, kind=kind, swarm_id=SWARM_ID, seq=seq, round=rnd,
+                seal(signer, kind=kind, swarm_id=SWARM_ID, seq=seq, policy_version=rnd,
                      payload=encode_payload(message))
             )  # fmt: skip
     payload_bytes = {k: tuple(encode_payload(m) for m in ms) for k, ms in payloads.items()}
@@ -698,8 +698,8 @@ def envelope_input(rng: random.Random, base: Envelope | None = None) -> bytes:
         return mutate_bytes(rng, base.encode(), corpus.envelope_bytes)
     if r < 0.50:  # fields of another type or value, mostly re-signed
         fields: Any = mutate_value(
-            rng, [base.version, base.kind, base.swarm_id, base.sender, base.seq, base.round,
-                  base.payload, base.signature],
+            rng, [base.version, base.kind, base.swarm_id, base.sender, base.seq,
+                  base.policy_version, base.payload, base.signature],
         )  # fmt: skip
         if isinstance(fields, list) and len(fields) == 8 and rng.random() < 0.8:
             fields = _resign(fields)
@@ -712,7 +712,7 @@ def envelope_input(rng: random.Random, base: Envelope | None = None) -> bytes:
         kind=kind,
         swarm_id=SWARM_ID,
         seq=rng.choice((base.seq, 0, 2**63 - 1, rng.randrange(2**63))),
-        round=rng.choice((0, base.round, 2**63 - 1)),
+        policy_version=rng.choice((0, base.policy_version, 2**63 - 1)),
         payload=payload_input(rng, base.kind),
     )
     data = envelope.encode()
@@ -856,7 +856,7 @@ class _Sequence:
         seq = self.next_seq(identity) if seq is None else seq
         round = self.rng.choice((0, 1, 5, 2**63 - 1))
         return seal(
-            identity, kind=kind, swarm_id=SWARM_ID, seq=seq, round=round, payload=payload
+            identity, kind=kind, swarm_id=SWARM_ID, seq=seq, policy_version=round, payload=payload
         ).encode()
 
     def big_payload(self, kind: str) -> bytes:
@@ -966,7 +966,7 @@ class _Sequence:
 
     def own(self) -> None:
         payload = encode_payload(self.rng.choice(corpus_payloads()["hello"]))
-        data = seal(ME, kind="hello", swarm_id=SWARM_ID, seq=1, round=1, payload=payload)
+        data = seal(ME, kind="hello", swarm_id=SWARM_ID, seq=1, policy_version=1, payload=payload)
         self.add(TOPICS[0], data.encode(), ME)
 
 

@@ -126,7 +126,7 @@ def measure(
         else None,
         "probe_rounds": [None if r is None else round(r, 3) for r in reach_rounds],
         "external_per_round": round(summary["external_per_round"], 3),
-        "swarm_round_end": max(n["swarm_round"] for n in summary["nodes"]),
+        "policy_version_end": max(n["policy_version"] for n in summary["nodes"]),
         "mean_degree": network["mean_degree"],
         "events": summary["events_run"],
     }
@@ -157,7 +157,7 @@ def main() -> None:
     header = (
         f"{'nodes':>6} {'wall s':>8} {'cpu s':>8} {'node-rounds/s':>13} {'link B/node/round':>17} "
         f"{'own B/node/round':>16} {'batch reach':>11} {'rounds to 95%':>13} "
-        f"{'external/round':>14} {'swarm round':>11}"
+        f"{'external/round':>14} {'max version':>11}"
     )
     print(
         f"stub nodes ({args.mix[0]} local / {args.mix[1]} external groups of "
@@ -176,7 +176,7 @@ def main() -> None:
             f"{n:>6} {row['wall_s']:>8.1f} {row['cpu_s']:>8.1f} {row['node_rounds_per_s']:>13.0f} "
             f"{row['link_bytes_per_node_round']:>17.0f} {row['own_bytes_per_node_round']:>16.0f} "
             f"{row['batch_reach']:>11.1f} {reach:>13} {row['external_per_round']:>14.2f} "
-            f"{row['swarm_round_end']:>11}",
+            f"{row['policy_version_end']:>11}",
             flush=True,
         )
     if args.json is not None:

@@ -205,6 +205,11 @@ def _report_checkpoints(node: Node) -> bool:
     return False
 
 
+def _say(line: str) -> None:
+    """One status line on stderr, never wrapped (addresses must stay copyable)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _install_stop_handlers(stop: Callable[[], None]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -225,6 +230,16 @@ def join(
     json_progress: Annotated[
         bool, typer.Option("--json", help="Print each round's metrics as JSON.")
     ] = False,
+    wait_peers: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Before the first round, wait until this many peers said hello."
+        ),
+    ] = 0,
+    wait_timeout: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds --wait-peers waits at most (then starts anyway)."),
+    ] = 60.0,
 ) -> None:
     """Join a swarm: sample, share, train on local + peers' rollouts, checkpoint, resume."""
     from node.build import apply_overrides, build_node
@@ -242,19 +257,32 @@ def join(
         else:
             print_round(console, config.node.name, report.record)
 
+    def event(kind: str, info: dict[str, Any]) -> None:
+        if kind == "first_peer":
+            _say(f"first peer {info['peer']} ({info['model_id']}) after {info['after_s']:.1f} s")
+        elif kind == "first_external_group":
+            _say(
+                f"first external groups used: {info['groups']} in round {info['round']}, "
+                f"{info['after_s']:.1f} s after start"
+            )
+
     async def run() -> Node:
-        node = build_node(config, on_round=show)
+        node = build_node(config, on_round=show, on_event=event)
         resumed = node.resume()
         if resumed is not None:
-            err.print(f"resumed from {resumed} at round {node.rounds_done}")
+            _say(f"resumed from {resumed} at round {node.rounds_done}")
         _install_stop_handlers(node.request_stop)
 
         def started() -> None:
-            err.print(f"peer id {node.peer_id}")
+            _say(f"peer id {node.peer_id}")
             for addr in node.listen_addrs():
-                err.print(f"listening on {addr}")
+                _say(f"listening on {addr}")
+            if wait_peers:
+                _say(f"waiting up to {wait_timeout:.0f} s for {wait_peers} peer(s)")
 
-        await node.run(rounds, on_started=started)
+        await node.run(
+            rounds, on_started=started, wait_peers=wait_peers, wait_timeout_s=wait_timeout
+        )
         return node
 
     node = asyncio.run(run())

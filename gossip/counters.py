@@ -45,6 +45,8 @@ class GossipCounters:
         """Accepted messages by kind (`chunk` counts accepted chunk pieces)."""
         self.published: Counter[str] = Counter()
         """Messages this node published, by kind (one per `publish` call)."""
+        self.publish_failed: Counter[str] = Counter()
+        """Publishes the transport failed (network down, broker gone), by exception type."""
         self.bytes_in = 0
         """Wire bytes received, refused ones included."""
         self.bytes_out = 0
@@ -87,6 +89,7 @@ class GossipCounters:
             "dropped": dict(sorted(self.dropped.items())),
             "received": dict(sorted(self.received.items())),
             "published": dict(sorted(self.published.items())),
+            "publish_failed": dict(sorted(self.publish_failed.items())),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "messages_in": self.messages_in,

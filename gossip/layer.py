@@ -34,8 +34,13 @@ Invariants:
 - `receive` returns only messages that passed every step; it never raises because of
   anything a peer sent (an unexpected error in a decoder is logged and counted as
   `internal_error` rather than letting one peer crash every node).
-- Nothing here moves the swarm-round clock or judges staleness: the node reads
-  `Received.envelope.round` and applies `swarm.clock` itself.
+- Nothing here judges staleness: the node reads `Received.envelope.policy_version`
+  (the sender's claim about itself) and applies `swarm.staleness` itself.
+- `publish` never raises because of the network: a transport failure (`ConnectionError`,
+  `OSError`, `TimeoutError`) is counted under `publish_failed` by exception type, logged
+  once per cause (again only after `PUBLISH_LOG_EVERY_S` of the same cause), and the
+  message is dropped (GossipSub and MQTT are best-effort; the next round publishes
+  anew). Errors that are our own bugs (`ValueError`, `RuntimeError`) still raise.
 - Time comes only from the injected `Clock` (rate limits, reassembly expiry).
 - Every wire message this layer publishes is at most `transport.max_message_bytes`:
   anything larger is sent as chunks whose envelopes are sized with the exact overhead
@@ -91,6 +96,8 @@ CHUNK_SLACK = 32
 MIN_CHUNK_DATA = 64
 """A transport whose messages cannot carry this much chunk data is refused."""
 MAX_SEQ = 2**63 - 1
+PUBLISH_LOG_EVERY_S = 60.0
+"""A repeated publish failure of the same cause is logged at most this often."""
 MAX_PAYLOAD_STR_BYTES = 4 * MAX_TEXT_CHARS
 """Longest msgpack str in a payload: a text field of MAX_TEXT_CHARS in worst-case UTF-8."""
 
@@ -188,6 +195,7 @@ class Gossip:
             )
         self._topics: set[str] = set()
         self._started = False
+        self._publish_logged: dict[str, float] = {}
 
     # lifecycle -----------------------------------------------------------------------
 
@@ -214,15 +222,17 @@ class Gossip:
 
     # publishing ----------------------------------------------------------------------
 
-    async def publish(self, topic: str, message: Payload, round: int) -> int:
-        """Sign and send `message` (chunked if too large); return the wire bytes sent."""
+    async def publish(self, topic: str, message: Payload, policy_version: int) -> int:
+        """Sign and send `message` (chunked if too large); return the wire bytes sent
+        (0 if the transport failed: counted and logged, never raised)."""
         if not self._started:
             raise RuntimeError("gossip is not started")
         if isinstance(message, Chunk):
             raise ValueError("chunks are made by the gossip layer, not published directly")
-        if isinstance(round, bool) or not isinstance(round, int) or not 0 <= round <= MAX_SEQ:
-            raise ValueError("round must be an int in [0, 2**63)")
-        envelope = self._seal(message.KIND, round, encode_payload(message))
+        version = policy_version
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_SEQ:
+            raise ValueError("policy_version must be an int in [0, 2**63)")
+        envelope = self._seal(message.KIND, version, encode_payload(message))
         data = envelope.encode()
         if len(data) > self.config.max_envelope_bytes:
             raise ValueError(
@@ -233,25 +243,47 @@ class Gossip:
             wires = [data]
         else:
             wires = [
-                self._seal(Chunk.KIND, round, encode_payload(chunk)).encode()
+                self._seal(Chunk.KIND, version, encode_payload(chunk)).encode()
                 for chunk in split(data, self.chunk_data_bytes)
             ]
         sent = 0
         for wire in wires:
-            await self.transport.publish(topic, wire)
+            try:
+                await self.transport.publish(topic, wire)
+            except (ConnectionError, OSError, TimeoutError) as exc:
+                self._publish_failed(message.KIND, exc)
+                return 0
             sent += len(wire)
             self.counters.bytes_out += len(wire)
             self.counters.messages_out += 1
         self.counters.published[message.KIND] += 1
         return sent
 
-    def _seal(self, kind: str, round: int, payload: bytes) -> Envelope:
+    def _publish_failed(self, kind: str, exc: BaseException) -> None:
+        cause = type(exc).__name__
+        self.counters.publish_failed[cause] += 1
+        now = self.clock.now()
+        last = self._publish_logged.get(cause)
+        if last is None or now - last >= PUBLISH_LOG_EVERY_S:
+            self._publish_logged[cause] = now
+            logger.warning(
+                "gossip: publishing a %s failed (%s: %s); dropped, %d %s failure(s) so far; "
+                "the node goes on and publishes again next round",
+                kind, cause, exc, self.counters.publish_failed[cause], cause,
+            )
+
+    def _seal(self, kind: str, policy_version: int, payload: bytes) -> Envelope:
         seq = self._next_seq
         if seq > MAX_SEQ:
             raise RuntimeError("sequence numbers exhausted")
         self._next_seq += 1
         return seal(
-            self.identity, kind=kind, swarm_id=self.swarm_id, seq=seq, round=round, payload=payload
+            self.identity,
+            kind=kind,
+            swarm_id=self.swarm_id,
+            seq=seq,
+            policy_version=policy_version,
+            payload=payload,
         )
 
     def _chunk_overhead(self) -> int:
@@ -403,6 +435,12 @@ class Gossip:
                 "gossip: ignoring peer %s for a while (last reason %s; %d partial chunk "
                 "sets dropped)", peer_id, reason, dropped,
             )
+
+    def remember_seqs(self, highest: dict[str, int]) -> None:
+        """Refuse as duplicates every seq at or below each sender's `highest` (restored
+        from a checkpoint, so that a restart does not reopen a window for replays)."""
+        for sender, seq in highest.items():
+            self._seen.raise_floor(sender, seq)
 
     @property
     def pending_reassembly_bytes(self) -> int:

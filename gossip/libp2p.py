@@ -21,9 +21,18 @@ Invariants:
   instead of 32 RPCs, the outbound RPC size limit and `max_inbound_rpc_size` follow
   `config.max_message_bytes`, and received messages go straight from pubsub into our
   own queue (the library's 32-message subscription channel is bypassed).
-- `publish` never drops silently: it waits (bounded) for room in every peer's outbound
-  queue, and raises `ConnectionError` if an outbound RPC of that publish was refused
-  anyway; `ValueError` if the payload exceeds `max_message_bytes`.
+- `publish` never waits on a peer and never raises for a network cause: a peer whose
+  outbound queue lacks room (it reads slower than we send, or stopped reading) is
+  skipped for that message and counted (`stats()["skipped_slow_peer"]`, one per message
+  and peer; the first skip of a peer is logged, repeats only every 10 min); the other
+  peers get the message at once. A dead connection is the library's to drop. `publish`
+  raises `ValueError` for a payload over `max_message_bytes` (the caller's bug: gossip
+  chunks) and `ConnectionError` only after `stop` or a crash of the transport itself.
+- What the transport refuses from peers is counted by reason in
+  `stats()["refused_incoming_by_reason"]` (see `gossip.libp2p_patches`): `oversize_rpc`
+  (an RPC over `max_inbound_rpc_size`: read and discarded, the stream and the peer's
+  later messages survive), `unsigned` and `bad_signature` (GossipSub messages failing
+  strict signing), `equivocation`.
 - Memory stays bounded: equivocation detection keeps a fixed number of 16-byte
   digests (the library keeps whole messages), and the adaptive-gossip bookkeeping
   lists are pruned every heartbeat.
@@ -43,8 +52,17 @@ Invariants:
 - A node's own publishes are not delivered back to it.
 - `start` raises if the listen address cannot be bound (the library only logs it).
   After `stop` (or a crash of the trio thread), `receive` raises `ConnectionError`.
-- Bootstrap peers are (re)dialed with exponential backoff while not connected; a dead
-  peer never crashes the transport. mDNS is used only when `config.mdns`.
+- Re-dials are ours alone and bounded (the library's auto-connector, which re-dials
+  every peer it ever saw forever with an ERROR line per attempt, is off). Bootstrap
+  peers are re-dialed while not connected, with exponential backoff capped at
+  `_BOOTSTRAP_BACKOFF_MAX_S` (5 min), forever; a peer we were connected to (or found by
+  mDNS when `config.mdns`) is re-dialed with backoff capped at `_BACKOFF_MAX_S` and
+  given up after `_MAX_DIAL_FAILURES` consecutive failures (its addresses leave the
+  peerstore; it is tracked again once it connects). At most `_MAX_CONCURRENT_DIALS`
+  dials run at once. The log gets one line when a bootstrap peer becomes unreachable,
+  one when it is back, and one per peer given up; never one per attempt. Counted in
+  `stats()`: `dials_failed`, `peers_given_up`. A failed dial never crashes the
+  transport.
 
 Memory bound. What peers can make this transport hold is at most
   inbox:          max(max_queued_bytes, one message) + 512 B x queued messages
@@ -77,7 +95,6 @@ from libp2p.abc import IHost
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
 from libp2p.custom_types import TProtocol
-from libp2p.exceptions import BaseLibp2pError
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
@@ -89,8 +106,11 @@ from libp2p.utils.address_validation import get_available_interfaces
 from gossip.inbox import Inbox
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
+    Refusals,
     SwarmGossipSub,
     SwarmPubsub,
+    disable_auto_connector,
+    quiet_dial_failures,
     refused_rpcs,
 )
 from swarm.config.network import Libp2pTransportConfig
@@ -113,6 +133,13 @@ bulk traffic); per-sender rate limits live in the gossip layer, which can count 
 _DIAL_TIMEOUT_S = 10.0
 _BACKOFF_INITIAL_S = 0.5
 _BACKOFF_MAX_S = 30.0
+"""Longest wait between dials of a peer that is not a bootstrap peer."""
+_BOOTSTRAP_BACKOFF_MAX_S = 300.0
+"""Longest wait between dials of an unreachable bootstrap peer (retried forever)."""
+_MAX_DIAL_FAILURES = 8
+"""Consecutive failed dials after which a peer that is not a bootstrap peer is given up
+(about a minute of trying with the backoff above)."""
+_MAX_CONCURRENT_DIALS = 8
 _MAINTENANCE_PERIOD_S = 0.25
 
 
@@ -123,20 +150,31 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-class _Backoff:
-    """Exponential backoff with jitter for one dial target."""
+class _DialTarget:
+    """One peer to keep connected: its backoff (exponential, with jitter) and failures.
 
-    def __init__(self) -> None:
+    Invariant: at most one dial of a target runs at a time (`dialing`).
+    """
+
+    def __init__(self, peer_id: ID, *, bootstrap: PeerInfo | None) -> None:
+        self.peer_id = peer_id
+        self.bootstrap = bootstrap
+        """The configured address for a bootstrap peer (never given up), else None."""
+        self.max_delay = _BOOTSTRAP_BACKOFF_MAX_S if bootstrap is not None else _BACKOFF_MAX_S
         self.delay = _BACKOFF_INITIAL_S
         self.next_at = 0.0
+        self.failures = 0
+        self.dialing = False
 
     def failed(self, now: float) -> None:
+        self.failures += 1
         self.next_at = now + self.delay * random.uniform(0.8, 1.2)
-        self.delay = min(self.delay * 2.0, _BACKOFF_MAX_S)
+        self.delay = min(self.delay * 2.0, self.max_delay)
 
     def reset(self) -> None:
         self.delay = _BACKOFF_INITIAL_S
         self.next_at = 0.0
+        self.failures = 0
 
 
 T = TypeVar("T")
@@ -151,7 +189,6 @@ class Libp2pTransport:
         identity: Identity,
         *,
         receive_queue_size: int = 1024,
-        publish_timeout_s: float = 30.0,
     ) -> None:
         if config.max_message_bytes <= RPC_OVERHEAD_BYTES:
             raise ValueError("max_message_bytes leaves no room for a payload")
@@ -159,7 +196,6 @@ class Libp2pTransport:
         self.identity = identity
         self.peer_id = identity.peer_id
         self._receive_queue_size = receive_queue_size
-        self._publish_timeout_s = publish_timeout_s
         self._max_rpc_bytes = config.max_message_bytes
         self._max_outbound_bytes = max(_MIN_OUTBOUND_BYTES, 8 * config.max_message_bytes)
         self._bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
@@ -176,7 +212,10 @@ class Libp2pTransport:
         self._closing = False
         self._stopped = False
         self._failure: BaseException | None = None
+        self.refusals = Refusals()
         self.published = 0
+        self.dials_failed = 0
+        self.peers_given_up = 0
 
     # ---- Transport protocol -------------------------------------------------------
 
@@ -244,7 +283,7 @@ class Libp2pTransport:
                 f"{self.max_message_bytes}; the gossip layer must chunk it"
             )
         await self._call(self._trio_publish, topic, bytes(data))
-        self.published += 1
+        self.published += 1  # sent to every peer that had room (skips are counted)
 
     async def receive(self) -> TransportMessage:
         if self._inbox is None:
@@ -286,6 +325,14 @@ class Libp2pTransport:
         return await self._call(read)
 
     def stats(self) -> dict[str, Any]:
+        """Counters for the node's metrics line (safe to call from the asyncio thread).
+
+        `skipped_slow_peer`: (own message, peer) pairs not sent because the peer's
+        outbound queue was full; `outbound_refused`: every RPC an outbound queue refused
+        (own, relayed and control); `refused_incoming_by_reason`: what peers sent that
+        was refused (`oversize_rpc`, `unsigned`, `bad_signature`, `equivocation`);
+        `dials_failed`, `peers_given_up`: re-dial outcomes.
+        """
         refused = 0
         outbound_bytes = 0
         pubsub = self._pubsub
@@ -302,11 +349,15 @@ class Libp2pTransport:
             "received": self.received,
             "dropped_incoming": self.dropped_incoming,
             "dropped_incoming_by_reason": dict(inbox.dropped) if inbox is not None else {},
+            "refused_incoming_by_reason": self.refusals.incoming(),
+            "skipped_slow_peer": self.refusals.counts["skipped_slow_peer"],
             "queued_bytes": inbox.queued_bytes if inbox is not None else 0,
             "peak_queued_bytes": inbox.peak_bytes if inbox is not None else 0,
             "outbound_refused": refused,
             "outbound_queued_bytes": outbound_bytes,
             "message_cache_bytes": gossipsub.mcache_bytes if gossipsub is not None else 0,
+            "dials_failed": self.dials_failed,
+            "peers_given_up": self.peers_given_up,
         }
 
     # ---- asyncio <-> trio bridge ----------------------------------------------------
@@ -369,6 +420,8 @@ class Libp2pTransport:
         )
         if host.get_id().to_base58() != self.peer_id:
             raise RuntimeError("libp2p host id differs from the node identity")
+        disable_auto_connector(host.get_network())  # before host.run starts it
+        quiet_dial_failures()
         degree = self.config.degree
         gossipsub = SwarmGossipSub(
             protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
@@ -379,6 +432,7 @@ class Libp2pTransport:
             adaptive_gossip_enabled=False,
             max_messages_per_topic_per_second=_SPAM_LIMIT_PER_S,
             mcache_max_bytes=self.config.max_queued_bytes,
+            refusals=self.refusals,
         )
         pubsub = SwarmPubsub(
             host,
@@ -387,6 +441,7 @@ class Libp2pTransport:
             max_inbound_rpc_size=self.config.max_message_bytes + _INBOUND_SLACK_BYTES,
             max_rpc_bytes=self._max_rpc_bytes,
             max_queued_bytes=self._max_outbound_bytes,
+            refusals=self.refusals,
         )
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
         # Order matters: services first, then host.run (see the module docstring).
@@ -423,63 +478,96 @@ class Libp2pTransport:
         await self._pubsub.subscribe(topic)
 
     async def _trio_publish(self, topic: str, data: bytes) -> None:
+        """Publish without waiting on any peer: a peer whose outbound queue lacks room
+        for our message is skipped and counted (`skipped_slow_peer`)."""
         pubsub = self._pubsub
         assert pubsub is not None
-        needed = len(data) + RPC_OVERHEAD_BYTES
-        deadline = trio.current_time() + self._publish_timeout_s
-        while True:
-            full = [
-                peer.to_base58()
-                for peer, queue in tuple(pubsub.peer_queues.items())
-                if isinstance(queue._queue, BoundedPriorityQueue)
-                and not queue._queue.has_room(needed)
-            ]
-            if not full:
-                break
-            if trio.current_time() >= deadline:
-                raise ConnectionError(
-                    f"outbound queue to {', '.join(full)} still full after "
-                    f"{self._publish_timeout_s:.0f} s; message not published"
-                )
-            await trio.sleep(0.002)
-        refused: list[str] = []
-        reset = refused_rpcs.set(refused)
+        skipped: list[str] = []
+        token = refused_rpcs.set(skipped)
         try:
             await pubsub.publish(topic, data)
         finally:
-            refused_rpcs.reset(reset)
-        if refused:
-            raise ConnectionError(
-                f"outbound RPC refused for {', '.join(sorted(set(refused)))}; "
-                "message not delivered to them"
+            refused_rpcs.reset(token)
+        for peer in dict.fromkeys(skipped):
+            self.refusals.add(
+                "skipped_slow_peer",
+                peer,
+                f"outbound queue full; a message of {len(data)} bytes on {topic} not sent "
+                "to this peer (the others got it)",
             )
 
     async def _maintain_peers(self, host: IHost) -> None:
-        """Keep bootstrap peers (and mDNS-discovered peers) connected, with backoff."""
-        backoffs: dict[ID, _Backoff] = {}
+        """Keep bootstrap peers, peers we were connected to and (with `config.mdns`)
+        discovered peers connected, under the re-dial policy of the module docstring."""
+        targets: dict[ID, _DialTarget] = {
+            info.peer_id: _DialTarget(info.peer_id, bootstrap=info) for info in self._bootstrap
+        }
         me = host.get_id()
-        while True:
-            now = trio.current_time()
-            targets: list[PeerInfo] = list(self._bootstrap)
-            if self.config.mdns:
-                known = {info.peer_id for info in targets}
-                for pid in host.get_peerstore().peers_with_addrs():
-                    if pid != me and pid not in known:
-                        targets.append(PeerInfo(pid, host.get_peerstore().addrs(pid)))
-            connected = host.get_network().connections
-            for info in targets:
-                backoff = backoffs.setdefault(info.peer_id, _Backoff())
-                if info.peer_id in connected:
-                    backoff.reset()
-                elif now >= backoff.next_at:
-                    ok = await self._dial(host, info)
-                    if ok:
-                        backoff.reset()
-                    else:
-                        backoff.failed(trio.current_time())
-            await trio.sleep(_MAINTENANCE_PERIOD_S)
+        limiter = trio.CapacityLimiter(_MAX_CONCURRENT_DIALS)
+        async with trio.open_nursery() as nursery:
+            while True:
+                connected = host.get_network().connections
+                for pid in tuple(connected):
+                    if pid != me and pid not in targets:
+                        targets[pid] = _DialTarget(pid, bootstrap=None)
+                if self.config.mdns:
+                    for pid in host.get_peerstore().peers_with_addrs():
+                        if pid != me and pid not in targets:
+                            targets[pid] = _DialTarget(pid, bootstrap=None)
+                now = trio.current_time()
+                for target in tuple(targets.values()):
+                    if target.peer_id in connected:
+                        if target.failures and target.bootstrap is not None:
+                            log.info("bootstrap peer %s is connected again", target.peer_id)
+                        target.reset()
+                    elif not target.dialing and now >= target.next_at:
+                        target.dialing = True
+                        nursery.start_soon(self._dial_target, host, target, targets, limiter)
+                await trio.sleep(_MAINTENANCE_PERIOD_S)
 
-    async def _dial(self, host: IHost, info: PeerInfo) -> bool:
+    async def _dial_target(
+        self,
+        host: IHost,
+        target: _DialTarget,
+        targets: dict[ID, _DialTarget],
+        limiter: trio.CapacityLimiter,
+    ) -> None:
+        """One dial of `target`; on failure back off, warn once (bootstrap) or give up."""
+        try:
+            async with limiter:
+                if target.bootstrap is not None:
+                    info = target.bootstrap
+                else:
+                    info = PeerInfo(target.peer_id, host.get_peerstore().addrs(target.peer_id))
+                cause = await self._dial(host, info) if info.addrs else "no known address"
+        finally:
+            target.dialing = False
+        if cause is None:
+            target.reset()
+            return
+        self.dials_failed += 1
+        target.failed(trio.current_time())
+        if target.bootstrap is not None:
+            if target.failures == 1:
+                log.warning(
+                    "bootstrap peer %s unreachable (%s); retrying with backoff up to %.0f s",
+                    target.peer_id,
+                    cause,
+                    target.max_delay,
+                )
+        elif target.failures >= _MAX_DIAL_FAILURES or not info.addrs:
+            log.info(
+                "giving up on peer %s after %d failed dials (last: %s)",
+                target.peer_id,
+                target.failures,
+                cause,
+            )
+            self.peers_given_up += 1
+            targets.pop(target.peer_id, None)
+            host.get_peerstore().clear_addrs(target.peer_id)
+
+    async def _dial(self, host: IHost, info: PeerInfo) -> str | None:
+        """Dial `info` once (one attempt per address); None on success, else the cause."""
         # Our own backoff replaces the swarm's 60 s negative dial cache, which would
         # otherwise refuse to redial a bootstrap peer that was down at our start.
         negative = getattr(host.get_network(), "_negative_peer_cache", None)
@@ -488,8 +576,10 @@ class Libp2pTransport:
         try:
             with trio.fail_after(_DIAL_TIMEOUT_S):
                 await host.connect(info)
-        except (BaseLibp2pError, OSError, trio.TooSlowError) as exc:
-            log.debug("dial %s failed: %s", info.peer_id, exc)
-            return False
+        except trio.TooSlowError:
+            return f"no answer within {_DIAL_TIMEOUT_S:.0f} s"
+        except Exception as exc:  # noqa: BLE001 - what the library raises for a dead peer
+            log.debug("dial %s failed: %r", info.peer_id, exc)
+            return f"{type(exc).__name__}: {exc}"[:200]
         log.info("connected to %s", info.peer_id)
-        return True
+        return None

@@ -1,8 +1,32 @@
-"""py-libp2p 0.8.1 defaults that drop or hoard messages, replaced (see notes/libp2p-and-mqtt.md).
+"""py-libp2p 0.8.1 defaults that drop, hoard, stall or log noisily, replaced (see
+notes/libp2p-and-mqtt.md).
 
 Invariants: every class here subclasses or replaces a library internal that is pinned to
 libp2p==0.8.1 (a check raises at start if the internal changed); nothing here owns a
 socket or a thread; the transport in `gossip.libp2p` composes these pieces.
+
+What the library does and what replaces it:
+- Outbound queues (`BoundedPriorityQueue`, `PeerQueues`): bounded by RPC count and
+  bytes. While `refused_rpcs` is set (our own publish), a message is refused for a peer
+  whose queue lacks `_QUEUE_SLACK_RPCS` free slots or the bytes, and the peer is
+  reported: the publish skips that slow peer instead of waiting for it.
+- Oversize inbound RPCs (`OversizeRpcFilter`): the library reads a frame's length,
+  raises `MessageTooLarge`, resets the pubsub stream and forgets the peer's
+  subscriptions; the peer's later valid messages are lost until it notices and opens a
+  new stream (and our messages to it wait in GossipSub's pending queue, which drops
+  them). Here the oversize frame is read and discarded and the stream stays open; only
+  a frame claiming more than `MAX_DISCARD_BYTES` is left to the library's reset.
+  Counted as `oversize_rpc` either way.
+- Signature refusals: `Pubsub.push_msg` drops an unsigned or badly signed message at
+  DEBUG level; `SwarmPubsub.push_msg` counts it (`unsigned`, `bad_signature`) without
+  verifying any signature a second time on the accepted path.
+- Equivocation (same origin and seqno, different content): counted (`equivocation`).
+- Re-dials: the swarm's `AutoConnector` re-dials every peer in the peerstore forever
+  (cooldown capped at 5 min), each dial 4 attempts, each failed attempt an ERROR line
+  (`Failed to open TCP stream`). `disable_auto_connector` and `quiet_dial_failures`
+  turn both off; `gossip.libp2p` re-dials with its own bounded policy and counts.
+Every refusal is counted in one `Refusals` (read by `Libp2pTransport.stats()`), and
+logged once per (reason, peer) per `_LOG_REPEAT_S`, never once per message.
 """
 
 from __future__ import annotations
@@ -15,13 +39,19 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from libp2p.abc import IHost
+from libp2p.abc import IHost, INetStream
+from libp2p.exceptions import ParseError
+from libp2p.network.auto_connector import AutoConnector
+from libp2p.network.config import RetryConfig
+from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.pubsub import rpc_queue as _rpc_queue
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.mcache import MessageCache, default_msg_id_fn
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.validators import signature_validator
+from libp2p.utils.varint import decode_uvarint
 
 log = logging.getLogger("gossip.libp2p")
 
@@ -31,13 +61,66 @@ _QUEUE_SLACK_RPCS = 16
 control messages and relayed traffic still fit."""
 _EQUIVOCATION_MEMORY = 16384
 _ADAPTIVE_LIST_WINDOW_S = 60.0
+MAX_DISCARD_BYTES = 256 << 20
+"""An inbound RPC frame over the size limit is read and discarded up to this claimed
+length; a larger claim (no implementation sends one) is left to the library's reset."""
+_DISCARD_CHUNK_BYTES = 64 * 1024
+_LOG_REPEAT_S = 600.0
+_LOG_KEYS = 4096
+
+INCOMING_REASONS = ("oversize_rpc", "unsigned", "bad_signature", "equivocation")
+"""Reasons for refusing what a peer sent (`Refusals.counts`)."""
+OUTGOING_REASONS = ("skipped_slow_peer",)
+"""Reasons for not sending our own message to a peer."""
 
 # Set (to a list) by our publish task while it runs pubsub.publish; the outbound queue
-# records refused RPCs into it. trio tasks each have their own context, so refusals of
-# RPCs relayed by other tasks are never attributed to our publish.
+# records the peers it refused our message for. trio tasks each have their own context,
+# so refusals of RPCs relayed by other tasks are never attributed to our publish.
 refused_rpcs: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "swarm_libp2p_refused_rpcs", default=None
 )
+
+
+class Refusals:
+    """Counts of what the transport refused, by reason, and their rate-limited log.
+
+    Invariants: `counts` has a fixed key set (every reason, from the start), so another
+    thread may copy it at any time while the trio thread increments; an unknown reason
+    raises `KeyError` (our bug). A (reason, peer) pair is logged at WARNING the first
+    time and again at most once per `_LOG_REPEAT_S` (with the number since), otherwise
+    at DEBUG; at most `_LOG_KEYS` pairs are remembered.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = dict.fromkeys(INCOMING_REASONS + OUTGOING_REASONS, 0)
+        self._logged: OrderedDict[tuple[str, str], tuple[float, int]] = OrderedDict()
+
+    def add(self, reason: str, peer: str, detail: str) -> None:
+        """Count one refusal of `reason` concerning `peer`; `detail` goes to the log."""
+        self.counts[reason] += 1
+        key = (reason, peer)
+        now = time.monotonic()
+        last = self._logged.get(key)
+        if last is not None and now - last[0] < _LOG_REPEAT_S:
+            self._logged[key] = (last[0], last[1] + 1)
+            log.debug("%s (peer %s): %s", reason, peer, detail)
+            return
+        since = f"; {last[1]} more since the last report" if last is not None and last[1] else ""
+        log.warning(
+            "%s (peer %s): %s%s (counted in stats; repeats are logged at DEBUG for %.0f s)",
+            reason,
+            peer,
+            detail,
+            since,
+            _LOG_REPEAT_S,
+        )
+        self._logged[key] = (now, 0)
+        self._logged.move_to_end(key)
+        while len(self._logged) > _LOG_KEYS:
+            self._logged.popitem(last=False)
+
+    def incoming(self) -> dict[str, int]:
+        return {reason: self.counts[reason] for reason in INCOMING_REASONS}
 
 
 class BoundedPriorityQueue(_rpc_queue.PriorityQueue):
@@ -53,11 +136,18 @@ class BoundedPriorityQueue(_rpc_queue.PriorityQueue):
 
     def push(self, rpc: rpc_pb2.RPC, priority: bool = False) -> bool:
         size = rpc.ByteSize()
-        if len(self) >= self.max_size or self.queued_bytes + size > self.max_bytes:
+        report = refused_rpcs.get() if len(rpc.publish) else None
+        # Our own message needs slack left over (relayed and control RPCs still fit);
+        # anything else only the hard bounds.
+        full = (
+            not self.has_room(size)
+            if report is not None
+            else len(self) >= self.max_size or self.queued_bytes + size > self.max_bytes
+        )
+        if full:
             self.refused += 1
-            refused = refused_rpcs.get()
-            if refused is not None:
-                refused.append(self._peer)
+            if report is not None:
+                report.append(self._peer)
             return False
         ok = super().push(rpc, priority)
         if ok:
@@ -105,8 +195,81 @@ class PeerQueues(dict[ID, _rpc_queue.RpcQueue]):
         super().__setitem__(peer_id, queue)
 
 
+class OversizeRpcFilter:
+    """A pubsub stream as `Pubsub.continuously_read_stream` reads it, minus oversize RPCs.
+
+    Reads the varint length of each RPC frame itself. A frame within `limit` is handed
+    through unchanged (prefix, then body straight from the stream); a frame over `limit`
+    but at most `MAX_DISCARD_BYTES` is read and thrown away in `_DISCARD_CHUNK_BYTES`
+    pieces (the sender pays its bandwidth; the stream, the peer's subscriptions and its
+    later RPCs survive) and reported to `on_oversize(length, True)`; a larger claim is
+    reported with `False` and handed through, so the library raises `MessageTooLarge`
+    and resets the stream. A malformed or truncated prefix is handed through as read, so
+    the library raises as it would have. Everything else is the wrapped stream's.
+    """
+
+    def __init__(
+        self, stream: INetStream, limit: int, on_oversize: Callable[[int, bool], None]
+    ) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._on_oversize = on_oversize
+        self._prefix = b""
+        self._body_left = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def read(self, n: int | None = None) -> bytes:
+        if n is None or n < 0:
+            raise ValueError("OversizeRpcFilter reads bounded pieces only")
+        if not self._prefix and self._body_left == 0:
+            await self._next_frame()
+        if self._prefix:
+            piece, self._prefix = self._prefix[:n], self._prefix[n:]
+            return piece
+        if self._body_left:
+            piece = await self._stream.read(min(n, self._body_left))
+            self._body_left -= len(piece)
+            return piece
+        return b""
+
+    async def _next_frame(self) -> None:
+        while True:
+            prefix = bytearray()
+            while True:
+                byte = await self._stream.read(1)
+                if not byte:
+                    self._prefix = bytes(prefix)  # truncated: the library reports it
+                    return
+                prefix += byte
+                if not byte[0] & 0x80:
+                    break
+                if len(prefix) >= 10:
+                    self._prefix = bytes(prefix)  # not a 64-bit varint: ParseError there
+                    return
+            try:
+                length = decode_uvarint(bytes(prefix))
+            except ParseError:
+                self._prefix = bytes(prefix)  # over 64 bits: the library raises too
+                return
+            if length <= self._limit or length > MAX_DISCARD_BYTES:
+                if length > self._limit:
+                    self._on_oversize(length, False)
+                self._prefix, self._body_left = bytes(prefix), length
+                return
+            left = length
+            while left:
+                piece = await self._stream.read(min(left, _DISCARD_CHUNK_BYTES))
+                if not piece:
+                    return  # the stream ended: the library sees that at the next read
+                left -= len(piece)
+            self._on_oversize(length, True)
+
+
 class SwarmPubsub(Pubsub):
-    """Pubsub handing every received message to a callback instead of a 32-slot channel."""
+    """Pubsub handing every received message to a callback instead of a 32-slot channel,
+    discarding oversize RPCs without losing the stream, and counting its refusals."""
 
     def __init__(
         self,
@@ -117,6 +280,7 @@ class SwarmPubsub(Pubsub):
         max_inbound_rpc_size: int,
         max_rpc_bytes: int,
         max_queued_bytes: int,
+        refusals: Refusals,
     ) -> None:
         super().__init__(
             host,
@@ -125,7 +289,49 @@ class SwarmPubsub(Pubsub):
             max_inbound_rpc_size=max_inbound_rpc_size,
         )
         self._sink = sink
+        self.refusals = refusals
         self.peer_queues = PeerQueues(max_rpc_bytes, max_queued_bytes)
+
+    async def continuously_read_stream(self, stream: INetStream) -> None:
+        peer = stream.muxed_conn.peer_id.to_base58()
+        limit = self.max_inbound_rpc_size
+
+        def on_oversize(length: int, discarded: bool) -> None:
+            what = "discarded, stream kept" if discarded else "stream reset by the library"
+            self.refusals.add(
+                "oversize_rpc", peer, f"inbound RPC of {length} bytes over {limit} ({what})"
+            )
+
+        filtered = OversizeRpcFilter(stream, limit, on_oversize)
+        await super().continuously_read_stream(filtered)  # type: ignore[arg-type]
+
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        """The library's `push_msg`, plus a count of signature refusals.
+
+        A message from a peer that was unseen before and is still unseen after the
+        library's checks was refused by one of them; only then is its signature checked
+        here again, to name the reason. The accepted path verifies once.
+        """
+        if msg_forwarder == self.my_id:
+            await super().push_msg(msg_forwarder, msg)
+            return
+        seen_before = self._is_msg_seen(msg)
+        await super().push_msg(msg_forwarder, msg)
+        if seen_before or self._is_msg_seen(msg):
+            return
+        if not msg.signature:
+            reason = "unsigned"
+        else:
+            try:
+                valid = signature_validator(msg)
+            except Exception:  # noqa: BLE001 - a hostile key or id the validator chokes on
+                valid = False
+            if valid:
+                return  # refused for another reason (blacklist, score gate, validator)
+            reason = "bad_signature"
+        self.refusals.add(
+            reason, msg_forwarder.to_base58(), f"GossipSub message from {ID(msg.from_id)} dropped"
+        )
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         if publish_message.from_id == self.my_id.to_bytes():
@@ -186,8 +392,15 @@ class SwarmGossipSub(GossipSub):
     """GossipSub with bounded equivocation memory and message cache, and no rate limit
     on own publishes."""
 
-    def __init__(self, *, mcache_max_bytes: int = 64 << 20, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        mcache_max_bytes: int = 64 << 20,
+        refusals: Refusals | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        self.refusals = refusals if refusals is not None else Refusals()
         if type(self.mcache) is not MessageCache:
             raise RuntimeError("py-libp2p's MessageCache changed; gossip/libp2p.py needs updating")
         self.mcache = BoundedMessageCache(
@@ -219,9 +432,10 @@ class SwarmGossipSub(GossipSub):
             return True
         if seen == digest:
             return True
-        log.warning("equivocation from %s (same seqno, different content)", ID(msg.from_id))
+        origin = ID(msg.from_id)
+        self.refusals.add("equivocation", origin.to_base58(), "same seqno, different content")
         if self.scorer is not None:
-            self.scorer.penalize_equivocation(ID(msg.from_id), 100.0)
+            self.scorer.penalize_equivocation(origin, 100.0)
         return False
 
     def _periodic_security_cleanup(self) -> None:
@@ -237,3 +451,50 @@ class SwarmGossipSub(GossipSub):
         self.recent_peer_disconnections[:] = [
             t for t in self.recent_peer_disconnections if t > cutoff
         ]
+
+
+class _NoAutoConnector(AutoConnector):
+    """The swarm's auto-connector, never dialing (`gossip.libp2p` re-dials, bounded)."""
+
+    async def run_background_task(self, nursery: Any) -> None:
+        return
+
+    async def maybe_connect(self) -> None:
+        return
+
+
+class _DialFailureFilter(logging.Filter):
+    """Drops the library's per-attempt ERROR lines for failed dials; the transport counts
+    dial failures and logs one line per peer it gives up on instead."""
+
+    _PREFIXES = ("Failed to open TCP stream", "failed to upgrade security for peer")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self._PREFIXES))
+
+
+_DIAL_FAILURE_FILTER = _DialFailureFilter()
+_DIAL_FAILURE_LOGGERS = ("libp2p.transport.tcp.tcp", "libp2p.network.swarm")
+
+
+def disable_auto_connector(network: Any) -> None:
+    """Replace the swarm's auto-connector with one that never dials, and make each dial
+    one attempt per address (our backoff replaces the swarm's 4 quick retries).
+
+    Call before `host.run`. Raises if the swarm is not the pinned library's.
+    """
+    if not isinstance(network, Swarm) or type(network.auto_connector) is not AutoConnector:
+        raise RuntimeError(
+            "py-libp2p's Swarm/AutoConnector changed; gossip/libp2p.py needs updating"
+        )
+    interval = network.auto_connector.auto_connect_interval
+    network.auto_connector = _NoAutoConnector(network, interval)
+    network.retry_config = RetryConfig(max_retries=0)
+
+
+def quiet_dial_failures() -> None:
+    """Install the filter for failed-dial ERROR lines on the library's loggers (idempotent)."""
+    for name in _DIAL_FAILURE_LOGGERS:
+        logger = logging.getLogger(name)
+        if _DIAL_FAILURE_FILTER not in logger.filters:
+            logger.addFilter(_DIAL_FAILURE_FILTER)

@@ -5,9 +5,15 @@ it authenticates nobody, so `TransportMessage.via` is always None and the gossip
 verifies every envelope's signature.
 
 Invariants:
-- MQTT v5, QoS 1 both ways (the broker acknowledges each publish; `publish` returns
-  only after the PUBACK and raises `ConnectionError` when not connected or when the
-  broker connection drops mid-publish: nothing is dropped silently).
+- MQTT v5, QoS 1 both ways: `publish` returns after the broker's PUBACK. It never
+  raises for a network cause and never waits for a broker: a publish while
+  disconnected, or one whose connection drops (or whose PUBACK does not come within
+  `publish_timeout_s`) before the broker acknowledged it, is dropped and counted by
+  reason (`stats()["dropped_outgoing_by_reason"]`: `disconnected`, `connection_lost`,
+  `publish_failed`; total in `dropped_outgoing`), never retried, never lost uncounted.
+  It raises `ValueError` for a payload over `max_message_bytes` (the caller's bug) and
+  `ConnectionError` only before `start`, after `stop`, or after the connection loop
+  itself crashed (our bug; `receive` raises then too).
 - Subscriptions use the MQTT v5 `no_local` option, so a node's own publishes are not
   delivered back to it.
 - The client identifier is derived from the peer id (`swarm-<peer id>-<random>`): the
@@ -27,8 +33,14 @@ Invariants:
   it. The broker discards such a message for us without telling anyone (the MQTT v5
   rule for a packet over the client's Maximum Packet Size; mosquitto 2.0 does so and
   keeps the connection); the gossip layer would have refused it anyway (`oversize`).
-- A lost broker connection is retried forever with exponential backoff (0.2 s up to
-  10 s); every subscribed topic is re-subscribed on each new connection.
+- A lost broker connection (a broker restart, a network cut) is retried forever with
+  exponential backoff and jitter (0.2 s up to 10 s); every subscribed topic is
+  re-subscribed on each new connection before the transport counts as connected. Only
+  network errors (`aiomqtt.MqttError`, `OSError`, `TimeoutError`) are retried; anything
+  else is our bug and ends the loop (logged, `receive` raises). The log gets one
+  WARNING per distinct cause per outage, a reminder every `_OUTAGE_REPORT_S` while it
+  lasts, and one INFO line when connected again (with the outage's length, attempts
+  and dropped publishes); never one line per attempt or per dropped publish.
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
 - After `stop`, `receive` raises `ConnectionError` (it never hangs on a dead transport).
 
@@ -47,6 +59,8 @@ import contextlib
 import logging
 import random
 import secrets
+import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +81,14 @@ log = logging.getLogger(__name__)
 _BACKOFF_INITIAL_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
+_PUBLISH_TIMEOUT_S = 10.0
+"""Longest wait for the broker's PUBACK before a publish is dropped (`publish_failed`)."""
+_OUTAGE_REPORT_S = 300.0
+"""While the broker stays unreachable, one reminder WARNING per this many seconds."""
+_MAX_CAUSES_LOGGED = 8
+_NETWORK_ERRORS = (aiomqtt.MqttError, OSError, TimeoutError)
+OUTGOING_REASONS = ("disconnected", "connection_lost", "publish_failed")
+"""Why a publish was dropped (`stats()["dropped_outgoing_by_reason"]`)."""
 _QOS = 1
 _PACKET_MARGIN_BYTES = 128 * 1024
 """Room over `max_message_bytes` in an incoming PUBLISH packet (topic, properties)."""
@@ -80,7 +102,7 @@ class MqttTransport:
         config: MqttTransportConfig,
         identity: Identity,
         *,
-        publish_timeout_s: float = 30.0,
+        publish_timeout_s: float = _PUBLISH_TIMEOUT_S,
     ) -> None:
         self.config = config
         self.identity = identity
@@ -90,6 +112,10 @@ class MqttTransport:
         self._topics: list[str] = []
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
+        self._connection_lost: asyncio.Future[None] | None = None
+        """Resolved when the current broker connection ends (publishes race it)."""
+        self._failure: BaseException | None = None
+        self.dropped_outgoing: Counter[str] = Counter(dict.fromkeys(OUTGOING_REASONS, 0))
         self._inbox: Inbox[TransportMessage] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -146,8 +172,8 @@ class MqttTransport:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task  # a crash was logged (and recorded) by the loop itself
         self._connected.clear()
         if self._inbox is not None:
             self._inbox.close()  # receive() drains what is queued, then raises
@@ -160,7 +186,7 @@ class MqttTransport:
         if client is not None and self._connected.is_set():
             try:
                 await client.subscribe(topic, options=_subscribe_options())
-            except aiomqtt.MqttError as exc:
+            except _NETWORK_ERRORS as exc:
                 # The reconnect loop re-subscribes every topic in self._topics.
                 log.info("subscribe to %s deferred to the next connection: %s", topic, exc)
 
@@ -170,18 +196,40 @@ class MqttTransport:
                 f"message of {len(data)} bytes exceeds max_message_bytes "
                 f"{self.max_message_bytes}; the gossip layer must chunk it"
             )
-        client = self._client
-        if client is None or not self._connected.is_set():
+        if self._task is None or self._failure is not None:
             raise ConnectionError(
-                f"not connected to the MQTT broker {self.config.host}:{self.config.port}"
+                f"MQTT transport not running (failure: {self._failure!r})"
+                if self._failure is not None
+                else "MQTT transport not started, or stopped"
             )
+        client, lost = self._client, self._connection_lost
+        if client is None or lost is None or lost.done() or not self._connected.is_set():
+            self.dropped_outgoing["disconnected"] += 1
+            return
+        publishing = asyncio.ensure_future(
+            client.publish(topic, bytes(data), qos=_QOS, timeout=self._publish_timeout_s)
+        )
         try:
-            await client.publish(
-                topic, bytes(data), qos=_QOS, timeout=self._publish_timeout_s
-            )
-        except aiomqtt.MqttError as exc:
-            raise ConnectionError(f"MQTT publish on {topic} failed: {exc}") from exc
-        self.published += 1
+            await asyncio.wait((publishing, lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not publishing.done():
+                # The connection went first (or our caller was cancelled): stop waiting
+                # for a PUBACK that cannot come; its outcome is consumed, not awaited.
+                publishing.cancel()
+                publishing.add_done_callback(_consume_outcome)
+        if not publishing.done() or publishing.cancelled():
+            self.dropped_outgoing["connection_lost"] += 1
+            return
+        exc = publishing.exception()
+        if exc is None:
+            self.published += 1
+        elif isinstance(exc, _NETWORK_ERRORS):
+            # A PUBACK that never came (timeout) or a connection that dropped under it.
+            reason = "connection_lost" if lost.done() else "publish_failed"
+            self.dropped_outgoing[reason] += 1
+            log.debug("MQTT publish on %s dropped (%s): %s", topic, reason, exc)
+        else:
+            raise exc
 
     async def receive(self) -> TransportMessage:
         if self._inbox is None:
@@ -207,21 +255,49 @@ class MqttTransport:
         await asyncio.wait_for(self._connected.wait(), timeout_s)
 
     def stats(self) -> dict[str, Any]:
+        """Counters for the node's metrics line.
+
+        `dropped_outgoing_by_reason`: publishes not delivered to the broker
+        (`disconnected`, `connection_lost`, `publish_failed`); `reconnects`: connection
+        attempts after the first (failed ones included); `connected`: now.
+        """
         inbox = self._inbox
         return {
             "published": self.published,
             "received": self.received,
             "dropped_incoming": self.dropped_incoming,
             "dropped_incoming_by_reason": dict(inbox.dropped) if inbox is not None else {},
+            "dropped_outgoing": sum(self.dropped_outgoing.values()),
+            "dropped_outgoing_by_reason": dict(self.dropped_outgoing),
             "queued_bytes": inbox.queued_bytes if inbox is not None else 0,
             "peak_queued_bytes": inbox.peak_bytes if inbox is not None else 0,
             "reconnects": self.reconnects,
+            "connected": self.connected,
         }
 
     # ---- connection loop --------------------------------------------------------------
 
     async def _run(self) -> None:
+        """Connect, subscribe, wait for the connection to drop; again, forever.
+
+        Network errors are retried with backoff (see the module docstring); any other
+        exception is our bug: it is recorded, the inbox is closed (so `receive` raises
+        and the node stops with the error) and the task ends with it.
+        """
+        try:
+            await self._connection_loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failure = exc
+            log.error("MQTT connection loop crashed", exc_info=exc)
+            if self._inbox is not None:
+                self._inbox.close()
+            raise
+
+    async def _connection_loop(self) -> None:
         delay = _BACKOFF_INITIAL_S
+        outage = _Outage(f"{self.config.host}:{self.config.port}")
         while not self._stopping:
             try:
                 async with aiomqtt.Client(
@@ -242,30 +318,31 @@ class MqttTransport:
                     # No await since the last check: a concurrent subscribe() either
                     # was seen above or finds the client connected and subscribes itself.
                     self._client = client
+                    self._connection_lost = asyncio.get_running_loop().create_future()
                     self._connected.set()
                     if self._first_connect is not None and not self._first_connect.done():
                         self._first_connect.set_result(None)
                     delay = _BACKOFF_INITIAL_S
-                    log.info("connected to MQTT broker %s:%d", self.config.host, self.config.port)
+                    outage.ended(self._dropped_total(), len(done))
                     await _wait_disconnected(client)
-            except aiomqtt.MqttError as exc:
+            except _NETWORK_ERRORS as exc:
                 if self._stopping:
                     break
-                log.warning(
-                    "MQTT broker %s:%d unavailable (%s); retrying in %.1f s",
-                    self.config.host,
-                    self.config.port,
-                    exc,
-                    delay,
-                )
+                outage.failed(exc, delay, self._dropped_total())
             finally:
                 self._connected.clear()
                 self._client = None
+                lost = self._connection_lost
+                if lost is not None and not lost.done():
+                    lost.set_result(None)
             if self._stopping:
                 break
             self.reconnects += 1
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2.0, _BACKOFF_MAX_S)
+
+    def _dropped_total(self) -> int:
+        return sum(self.dropped_outgoing.values())
 
     def _connect_properties(self) -> Properties:
         properties = Properties(PacketTypes.CONNECT)
@@ -280,6 +357,66 @@ class MqttTransport:
             return  # never produced by peers of this swarm (they publish bytes)
         item = TransportMessage(topic=message.topic.value, data=bytes(payload), via=None)
         inbox.offer(item, len(payload))
+
+
+class _Outage:
+    """The log of one broker outage: one WARNING per distinct cause, a reminder every
+    `_OUTAGE_REPORT_S`, one INFO line when it ends; DEBUG for every other attempt."""
+
+    def __init__(self, broker: str) -> None:
+        self.broker = broker
+        self.started: float | None = None
+        self.attempts = 0
+        self.dropped_before = 0
+        self.causes: set[str] = set()
+        self.reported = 0.0
+
+    def failed(self, exc: BaseException, delay: float, dropped: int) -> None:
+        now = time.monotonic()
+        if self.started is None:
+            self.started, self.reported, self.dropped_before = now, now, dropped
+        self.attempts += 1
+        cause = f"{type(exc).__name__}: {exc}"
+        if cause not in self.causes and len(self.causes) < _MAX_CAUSES_LOGGED:
+            self.causes.add(cause)
+            log.warning(
+                "MQTT broker %s unavailable (%s); reconnecting with backoff up to %.0f s, "
+                "publishes are dropped and counted meanwhile",
+                self.broker,
+                cause,
+                _BACKOFF_MAX_S,
+            )
+        elif now - self.reported >= _OUTAGE_REPORT_S:
+            self.reported = now
+            log.warning(
+                "MQTT broker %s still unavailable after %.0f s (%d attempts, %d publishes "
+                "dropped); still retrying",
+                self.broker,
+                now - self.started,
+                self.attempts,
+                dropped - self.dropped_before,
+            )
+        else:
+            log.debug(
+                "MQTT broker %s: attempt failed (%s); next in ~%.1f s", self.broker, cause, delay
+            )
+
+    def ended(self, dropped: int, topics: int) -> None:
+        if self.started is None:
+            log.info("connected to MQTT broker %s", self.broker)
+            return
+        log.info(
+            "reconnected to MQTT broker %s after %.1f s (%d failed attempts, %d publishes "
+            "dropped meanwhile, %d topics re-subscribed)",
+            self.broker,
+            time.monotonic() - self.started,
+            self.attempts,
+            dropped - self.dropped_before,
+            topics,
+        )
+        self.started = None
+        self.attempts = 0
+        self.causes.clear()
 
 
 async def _wait_disconnected(client: aiomqtt.Client) -> None:
@@ -302,6 +439,12 @@ def _inbox_queue_type(
             on_message(item)
 
     return InboxQueue
+
+
+def _consume_outcome(task: asyncio.Future[None]) -> None:
+    """Retrieve an abandoned publish's outcome (so asyncio does not report it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _subscribe_options() -> SubscribeOptions:

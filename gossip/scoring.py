@@ -56,6 +56,7 @@ WEIGHTS: dict[str, float] = {
     "wrong_family": 2.0,
     "unknown_task": 1.0,  # a peer with a newer task source is not hostile
     "task_error": 1.0,  # nor one whose dataset version differs
+    "task_timeout": 5.0,  # a reference whose generator or scorer ran past the limit
     "foreign_task": 0.0,  # a task outside our mixture: another peer's honest choice
     # Honest peers cause these too: counted elsewhere, never scored.
     "own": 0.0,
@@ -65,7 +66,9 @@ WEIGHTS: dict[str, float] = {
     "reassembly_expired": 0.0,
     "reassembly_evicted": 0.0,
     "stale": 0.0,
-    "from_future": 0.0,
+    "stale_version": 0.0,
+    "nondeterministic_task": 0.0,  # our own generator may differ from the peer's
+    "rescore_queue_full": 0.0,  # our own capacity
     "zero_variance": 0.0,
     "pending_full": 0.0,
     "deltas_disabled": 0.0,

@@ -65,6 +65,11 @@ class SeenCache:
         while len(self._hashes) > self.capacity:
             self._hashes.popitem(last=False)
 
+    def raise_floor(self, sender: str, seq: int) -> None:
+        """Count every seq of `sender` at or below `seq` as seen (e.g. after a restart,
+        from the highest seq each sender had reached)."""
+        self._raise_floor(sender, seq)
+
     def _raise_floor(self, sender: str, seq: int) -> None:
         self._floors[sender] = max(seq, self._floors.get(sender, -1))
         self._floors.move_to_end(sender)

@@ -11,6 +11,7 @@ from typing import Any
 from gossip.factory import make_transport
 from gossip.layer import Gossip
 from node.runner import Node, RoundReport
+from node.workers import RescoreWorkers
 from swarm.clock import WallClock
 from swarm.config import NodeConfig, parse_config
 from swarm.identity import Identity, load_or_create_key_file
@@ -36,10 +37,24 @@ def build_gossip(config: NodeConfig, identity: Identity) -> Gossip:
     return Gossip(transport, identity, config.node.swarm_id, config.gossip, WallClock())
 
 
-def build_node(config: NodeConfig, on_round: Callable[[RoundReport], None] | None = None) -> Node:
+def build_node(
+    config: NodeConfig,
+    on_round: Callable[[RoundReport], None] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> Node:
     from node.policy_learner import PolicyLearner  # torch import: only when a node is built
 
     identity = load_or_create_key_file(config.node.resolved_key_file)
     gossip = build_gossip(config, identity)
     learner = PolicyLearner(config)
-    return Node(config, gossip, learner, WallClock(), on_round=on_round, capabilities=("rollouts",))
+    return Node(
+        config,
+        gossip,
+        learner,
+        WallClock(),
+        on_round=on_round,
+        on_event=on_event,
+        capabilities=("rollouts",),
+        # Peers choose the tasks we regenerate and the text we score: never on the loop.
+        rescorer=RescoreWorkers.from_config(config.rewards),
+    )

@@ -18,9 +18,12 @@ Invariants:
 - Nothing here raises on a failed removal: it is logged and the next prune tries again
   (a checkpoint that cannot be cleaned up must not stop training).
 
-`node.json` schema: `rounds_done`, `swarm_round` (ints >= 0), `tasks` ({"cursor": int >= 0,
+`node.json` schema: `rounds_done` (int >= 0), `tasks` ({"cursor": int >= 0,
 "seed": int}), `pool` ({"rng": a `random.getstate()` as JSON, "arrivals": int >= 0}),
-`peer_id`, `model_id`, `model_family` (strings).
+`senders` ({peer id: [highest seq, policy version]}, ints >= 0: each sender's newest
+envelope, the replay floor and version-lag reference after a restart), `peer_id`,
+`model_id`, `model_family` (strings). (Protocol-1 checkpoints also had `swarm_round`
+and no `senders`: they still load, with an empty sender table.)
 """
 
 from __future__ import annotations
@@ -80,9 +83,17 @@ def node_state_problem(state: Any, directory: Path | None = None) -> str | None:
     """Why `state` is not a usable `node.json` (see the schema above); None if it is."""
     if not isinstance(state, dict):
         return "not a JSON object"
-    for key in ("rounds_done", "swarm_round"):
-        if not _is_count(state.get(key)):
-            return f"{key} is {state.get(key)!r}, not a count"
+    if not _is_count(state.get("rounds_done")):
+        return f"rounds_done is {state.get('rounds_done')!r}, not a count"
+    senders = state.get("senders", {})
+    if not isinstance(senders, dict) or not all(
+        isinstance(k, str)
+        and isinstance(v, list)
+        and len(v) == 2
+        and all(_is_count(x) for x in v)
+        for k, v in senders.items()
+    ):
+        return "senders is not {peer id: [seq, policy_version]}"
     expected = round_of(directory) if directory is not None else None
     if expected is not None and state["rounds_done"] != expected:
         return f"rounds_done {state['rounds_done']} in the directory of round {expected}"

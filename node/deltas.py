@@ -16,15 +16,18 @@ Only what the node trains itself is shared. The exchange keeps `theta_last_share
   peers' packets at once (a merge of one packet is just that packet, clipped).
 
 Peer packets (`receive`) are refused by raising `node.rescore.Refused(reason)`:
-`wrong_family`, `stale` (beyond `max_staleness`, or older than the packet already held
-from that sender; not the sender's fault), `pending_full` (not the sender's fault),
+`wrong_family`, `stale` (from an older policy version of that sender than the packet
+already held; not the sender's fault), `pending_full` (not the sender's fault),
 or the codec's `bad_delta` / `wrong_shape` / `non_finite`. At most one packet per
-sender is held (the latest round); pending packets are dropped at each merge, used or
-not, and are not checkpointed.
+sender is held (its newest version); pending packets are dropped at each merge, used or
+not, and are not checkpointed. Staleness is measured locally (`swarm.staleness`): a
+packet merges only within `max_staleness` of our own rounds after it arrived.
 
-Threads: `receive` may run on the event loop while `merge_into` runs in a worker thread
-(the pending map is swapped out in one rebinding); `maybe_make_packet`, `merge_into` and
-training change or read the parameters and must not overlap one another.
+Threads: `receive` may run in one worker thread while `merge_into` runs in another
+(`merge_into` swaps the pending map out in one rebinding, and `receive` reads the map
+once into a local, so a swap in the middle of `receive` cannot make it look up a sender
+that is gone); `maybe_make_packet`, `merge_into` and training change or read the
+parameters and must not overlap one another.
 
 A node whose every peer sends poison keeps training: NaN/Inf packets are refused at the
 codec, and finite poison is bounded by norm clipping (capped by this node's own update
@@ -47,6 +50,7 @@ from policy.compression import ENCODINGS, CompressedDelta, compress, decompress
 from policy.delta_codec import DeltaCodecError, decode_packet, encode_packet
 from swarm.config.deltas import DeltasConfig
 from swarm.messages import DeltaPacket
+from swarm.staleness import is_fresh
 
 _RESIDUAL = "residual/"
 _LAST_SHARED = "last_shared/"
@@ -64,7 +68,10 @@ def model_params(model: torch.nn.Module) -> dict[str, Tensor]:
 class PendingDelta:
     """A validated peer packet waiting for the next merge."""
 
-    round: int
+    arrival_round: int
+    """Our `rounds_done` when the packet arrived."""
+    sender_version: int
+    """The sender's policy version when it sealed the packet."""
     base_version: int
     compressed: CompressedDelta
 
@@ -171,14 +178,15 @@ class DeltaExchange:
 
     # ---- receiving -------------------------------------------------------------------
 
-    def receive(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+    def receive(
+        self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int
+    ) -> None:
         """Validate a peer's packet and hold it for the next merge, or raise `Refused`."""
         if packet.model_family != self.model_family:
             raise Refused("wrong_family")
-        if own_round - round > self.config.max_staleness:
-            raise Refused("stale")
-        held = self.pending.get(sender)
-        if held is not None and held.round > round:
+        pending = self.pending  # one read: `merge_into` may rebind it from another thread
+        held = pending.get(sender)
+        if held is not None and held.sender_version > sender_version:
             raise Refused("stale")
         if packet.encoding not in ENCODINGS:
             raise Refused("bad_delta")
@@ -188,12 +196,15 @@ class DeltaExchange:
             raise Refused(exc.reason) from None
         if compressed.encoding != packet.encoding:
             raise Refused("bad_delta")
-        if held is None and len(self.pending) >= self.config.max_pending_peers:
-            stalest = min(self.pending, key=lambda s: self.pending[s].round)
-            if self.pending[stalest].round >= round:
+        if held is None and len(pending) >= self.config.max_pending_peers:
+            arrivals = {s: p.arrival_round for s, p in list(pending.items())}
+            stalest = min(arrivals, key=arrivals.__getitem__)
+            if arrivals[stalest] >= arrival_round:
                 raise Refused("pending_full")
-            del self.pending[stalest]
-        self.pending[sender] = PendingDelta(round, packet.base_version, compressed)
+            pending.pop(stalest, None)
+        self.pending[sender] = PendingDelta(
+            arrival_round, sender_version, packet.base_version, compressed
+        )
 
     # ---- merging ---------------------------------------------------------------------
 
@@ -204,7 +215,9 @@ class DeltaExchange:
         pending, self.pending = self.pending, {}  # one rebinding: safe against `receive`
         held = list(pending.values())
         fresh = [
-            p for p in held if own_round is None or own_round - p.round <= self.config.max_staleness
+            p
+            for p in held
+            if own_round is None or is_fresh(own_round, p.arrival_round, self.config.max_staleness)
         ]
         stale = len(held) - len(fresh)
         if not fresh:

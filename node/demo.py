@@ -56,9 +56,14 @@ def demo_config(
         "sampler": {"group_size": 8, "max_new_tokens": 2},
         "train": {"learning_rate": 3e-4},
         "rewards": {"format_weight": 0.5},
-        # Swarm rounds advance 1.5-2x faster than local rounds (Lamport ticks along message
-        # chains, measured in simnet), so a bound of 4 is about two local rounds of lag.
-        "sapo": {"local_groups": 4, "external_groups": 4, "max_staleness": 4},
+        # A peer's group is used for up to 4 of our own rounds after it arrived, and while
+        # at most 4 versions behind what its sender runs now (both measured locally).
+        "sapo": {
+            "local_groups": 4,
+            "external_groups": 4,
+            "max_staleness": 4,
+            "max_version_lag": 4,
+        },
     }
 
 

@@ -24,6 +24,8 @@ class LocalGroup:
     rewards: tuple[float, ...]
     token_ids: tuple[tuple[int, ...], ...] | None = None
     sampler_logprobs: tuple[tuple[float, ...], ...] | None = None
+    finished: tuple[bool, ...] = ()
+    """Per completion: ended with a stop token (EOS). Empty: unknown (all False)."""
 
     def to_wire(self, model_id: str, policy_version: int) -> RolloutGroup:
         return RolloutGroup(
@@ -33,6 +35,7 @@ class LocalGroup:
             rewards=self.rewards,
             model_id=model_id,
             policy_version=policy_version,
+            finished=self.finished,
         )
 
 
@@ -44,6 +47,8 @@ class ExternalGroup:
     prompt: str
     completions: tuple[str, ...]
     rewards: tuple[float, ...]
+    finished: tuple[bool, ...] = ()
+    """The sender's EOS bit per completion (the local EOS is appended where set)."""
 
 
 @dataclass
@@ -70,7 +75,9 @@ class Learner(Protocol):
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult: ...
 
-    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+    def receive_delta(
+        self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int
+    ) -> None:
         """Hold a peer's delta for the next merge, or raise node.rescore.Refused."""
         ...
 

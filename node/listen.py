@@ -1,7 +1,7 @@
 """`swarm peers`: a gossip endpoint without a model, printing what the swarm says.
 
 Useful to check connectivity before joining with a GPU: it shows listen addresses,
-every message that arrives (kind, sender, round, size) and the drop counters.
+every message that arrives (kind, sender, policy version, size) and the drop counters.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ async def listen_and_print(config: NodeConfig, seconds: float, emit: Callable[[s
                     "event": "message",
                     "kind": received.envelope.kind,
                     "sender": received.envelope.sender,
-                    "round": received.envelope.round,
+                    "policy_version": received.envelope.policy_version,
                     "bytes": received.size_bytes,
                 }
                 if isinstance(message, Hello):

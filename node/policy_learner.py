@@ -25,7 +25,7 @@ from policy.checkpoint import (
     save_checkpoint,
 )
 from policy.loading import load_policy_model, model_family, resolve_device
-from policy.sampler import SamplingParams, make_sampler
+from policy.sampler import SamplingParams, make_sampler, stop_token_ids
 from policy.trainer import Trainer, TrainGroup
 from rewards.registry import score_group
 from rewards.tasks import make_task
@@ -45,6 +45,7 @@ class PolicyLearner:
         )
         self.sampler = make_sampler(config.sampler, self.model, self.tokenizer, config.model)
         self.params = SamplingParams.from_config(config.sampler)
+        self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
         self.rewards_config = config.rewards
         self.deltas = (
@@ -78,6 +79,10 @@ class PolicyLearner:
                     rewards=tuple(rewards),
                     token_ids=tuple(tuple(c.token_ids) for c in completions),
                     sampler_logprobs=tuple(tuple(c.logprobs) for c in completions),
+                    finished=tuple(
+                        bool(c.token_ids) and c.token_ids[-1] in self.stop_ids
+                        for c in completions
+                    ),
                 )
             )
         return SampleResult(groups, sampled - start, time.perf_counter() - sampled)
@@ -101,6 +106,7 @@ class PolicyLearner:
                 prompt=e.prompt,
                 completions=list(e.completions),
                 rewards=list(e.rewards),
+                finished=list(e.finished) if e.finished else None,
                 local=False,
             )
             for e in external
@@ -109,10 +115,12 @@ class PolicyLearner:
         self.sampler.update_weights(self.trainer.state_dict_for_sampler())
         return TrainResult(stats.as_dict(), time.perf_counter() - start)
 
-    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+    def receive_delta(
+        self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int
+    ) -> None:
         if self.deltas is None:
             raise Refused("deltas_disabled")
-        self.deltas.receive(sender, round, packet, own_round)
+        self.deltas.receive(sender, sender_version, packet, arrival_round)
 
     def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
         if self.deltas is None or not self.deltas.due(self.policy_version):

@@ -7,7 +7,11 @@ Invariants:
   crowd of fresh (sybil) keys cannot push out the groups already held.
 - Only groups that were re-scored locally enter (the caller re-scores; advisory rewards
   from peers are never stored as training rewards), and zero-variance groups never enter.
-- `evict_stale` removes every entry staler than `max_staleness` swarm rounds.
+- Staleness is `swarm.staleness.StalenessRule`: an entry is usable for `max_staleness`
+  of our own rounds after it arrived (`arrival_round`), and while its group's policy
+  version is within `max_version_lag` of what its sender currently runs (the caller
+  passes `sender_version`, read from the sender's newest envelope). `evict_stale`
+  removes every entry that is no longer usable; `select` only draws usable ones.
 - `select` draws without replacement, uniformly at random from a seeded RNG, with at most
   `per_sender_cap` entries per sender; a drawn entry leaves the pool (used once).
 """
@@ -16,16 +20,23 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from swarm.clock import is_fresh, staleness
 from swarm.messages import RolloutGroup
+from swarm.staleness import StalenessRule, age, version_lag
+
+SenderVersion = Callable[[str], int]
+"""sender -> the policy version that sender currently runs."""
 
 
 @dataclass(frozen=True)
 class PoolEntry:
     sender: str
-    round: int
+    arrival_round: int
+    """Our `rounds_done` when the group arrived."""
+    arrival_time: float
+    """Our clock when the group arrived (for the optional `max_age_s`)."""
     group: RolloutGroup
     rewards: tuple[float, ...]  # re-scored locally
     size_bytes: int
@@ -36,7 +47,7 @@ class PoolEntry:
 class RolloutPool:
     max_groups: int
     max_bytes: int
-    max_staleness: int
+    rule: StalenessRule
     per_sender_cap: int
     seed: int = 0
     entries: list[PoolEntry] = field(default_factory=list)
@@ -54,13 +65,16 @@ class RolloutPool:
     def add(
         self,
         sender: str,
-        round: int,
         group: RolloutGroup,
         rewards: tuple[float, ...],
+        *,
         own_round: int,
+        sender_version: int,
+        now: float,
     ) -> bool:
-        """Insert a re-scored group; False (and counted) if it is too stale or too big."""
-        if not is_fresh(own_round, round, self.max_staleness):
+        """Insert a re-scored group that arrived now; False (and counted) if its version
+        already lags its sender's too far, or it is too big."""
+        if version_lag(sender_version, group.policy_version) > self.rule.max_version_lag:
             self.evicted["stale_on_arrival"] += 1
             return False
         size = len(group.prompt) + sum(len(c) for c in group.completions)
@@ -68,33 +82,49 @@ class RolloutPool:
             self.evicted["too_large"] += 1
             return False
         self._arrivals += 1
-        self.entries.append(PoolEntry(sender, round, group, rewards, size, self._arrivals))
+        self.entries.append(
+            PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals)
+        )
         self.bytes_held += size
         while len(self.entries) > self.max_groups or self.bytes_held > self.max_bytes:
             held = Counter(e.sender for e in self.entries)
             most = max(held.values())
             victim = min(
                 (e for e in self.entries if held[e.sender] == most),
-                key=lambda e: (e.round, -e.arrival),
+                key=lambda e: (e.group.policy_version, -e.arrival),
             )
             self._remove(victim)
             self.evicted["capacity"] += 1
         return True
 
+    def usable(
+        self, entry: PoolEntry, own_round: int, sender_version: SenderVersion, now: float
+    ) -> bool:
+        return self.rule.usable(
+            own_round=own_round,
+            arrival_round=entry.arrival_round,
+            item_version=entry.group.policy_version,
+            sender_version=sender_version(entry.sender),
+            now=now,
+            arrival_time=entry.arrival_time,
+        )
+
     def _remove(self, entry: PoolEntry) -> None:
         self.entries.remove(entry)
         self.bytes_held -= entry.size_bytes
 
-    def evict_stale(self, own_round: int) -> int:
-        stale = [e for e in self.entries if not is_fresh(own_round, e.round, self.max_staleness)]
+    def evict_stale(self, own_round: int, sender_version: SenderVersion, now: float) -> int:
+        stale = [e for e in self.entries if not self.usable(e, own_round, sender_version, now)]
         for entry in stale:
             self._remove(entry)
         self.evicted["stale"] += len(stale)
         return len(stale)
 
-    def select(self, count: int, own_round: int) -> list[PoolEntry]:
-        """Draw up to `count` fresh entries, at most `per_sender_cap` per sender."""
-        self.evict_stale(own_round)
+    def select(
+        self, count: int, own_round: int, sender_version: SenderVersion, now: float
+    ) -> list[PoolEntry]:
+        """Draw up to `count` usable entries, at most `per_sender_cap` per sender."""
+        self.evict_stale(own_round, sender_version, now)
         candidates = list(self.entries)
         self._rng.shuffle(candidates)
         chosen: list[PoolEntry] = []
@@ -110,8 +140,15 @@ class RolloutPool:
             self._remove(entry)
         return chosen
 
-    def staleness_of(self, entries: list[PoolEntry], own_round: int) -> list[int]:
-        return [staleness(own_round, e.round) for e in entries]
+    @staticmethod
+    def ages_of(entries: list[PoolEntry], own_round: int) -> list[int]:
+        """Our rounds since each entry arrived."""
+        return [age(own_round, e.arrival_round) for e in entries]
+
+    @staticmethod
+    def lags_of(entries: list[PoolEntry], sender_version: SenderVersion) -> list[int]:
+        """Policy versions each entry is behind its sender now."""
+        return [version_lag(sender_version(e.sender), e.group.policy_version) for e in entries]
 
     def state_dict(self) -> dict:
         """The pool cursor for checkpoints: RNG state and arrival counter (entries are

@@ -45,7 +45,9 @@ def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
     return {
         "rounds": final["round"],
         "policy_version": final["policy_version"],
-        "swarm_round": final["swarm_round"],
+        "peers": final.get("peers", 0),
+        "first_external_round": final.get("first_external_round"),
+        "rounds_with_external": sum(1 for r in records if r["external_groups"]),
         "reward_first": statistics.fmean(first) if first else None,
         "reward_last": statistics.fmean(rewards) if rewards else None,
         "cumulative_reward": sum(r["mean_local_reward"] or 0.0 for r in records),
@@ -69,9 +71,12 @@ def status_table(data_dir: Path, last: int) -> Table:
     table = Table(title=f"node {data_dir}", show_header=False)
     table.add_column("what")
     table.add_column("value")
+    table.add_row("rounds / policy version", f"{s['rounds']} / {s['policy_version']}")
+    table.add_row("peers (said hello)", str(s["peers"]))
+    first = s["first_external_round"]
     table.add_row(
-        "rounds / policy version / swarm round",
-        f"{s['rounds']} / {s['policy_version']} / {s['swarm_round']}",
+        "first round with external groups / rounds with them",
+        f"{first if first is not None else '-'} / {s['rounds_with_external']}",
     )
     table.add_row(f"mean reward, first {last} rounds", _fmt(s["reward_first"]))
     table.add_row(f"mean reward, last {last} rounds", _fmt(s["reward_last"]))

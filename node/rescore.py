@@ -4,7 +4,10 @@ Invariants:
 - The question and ground truth are regenerated locally from (source, seed, index);
   the peer's prompt must equal the regenerated one, and the peer's rewards are only
   compared, never used.
-- A group is refused with a reason: `unknown_task` (source/index not known here),
+- A group is refused with a reason: `unknown_task` (source/index not known here, or a
+  source the measured table `swarm.config.task_sources` refuses), `nondeterministic_task`
+  (a source whose generator may differ between processes: our own generator could make
+  an honest peer's prompt mismatch, so this is never the peer's fault),
   `task_error` (the generator failed on the peer's reference: any exception, since a
   peer must not crash the node through a dataset's bug), `prompt_mismatch` (the peer
   claims a different question), `zero_variance` (all completions score the same: no
@@ -18,7 +21,7 @@ import statistics
 from dataclasses import dataclass
 
 from rewards.registry import score_group
-from rewards.tasks import make_task
+from rewards.tasks import UnusableSource, make_task
 from swarm.config import RewardsConfig
 from swarm.messages import RolloutGroup
 
@@ -45,6 +48,8 @@ class Rescored:
 def rescore_group(group: RolloutGroup, config: RewardsConfig) -> Rescored:
     try:
         task = make_task(group.task)
+    except UnusableSource as unusable:
+        raise Refused(unusable.reason) from None
     except (KeyError, ValueError):
         raise Refused("unknown_task") from None
     except Exception as exc:  # noqa: BLE001 - a dataset bug on a peer-chosen reference

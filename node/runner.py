@@ -1,21 +1,28 @@
 """The node: the SAPO round loop plus gossip, as named tasks that fail fast together.
 
 Invariants:
-- Three tasks: `rounds` (sample, publish, select, train, checkpoint, metrics), `receive`
-  (verify-free here: gossip already authenticated; this task applies the round clock,
-  re-scores groups and fills the pool) and `announce` (hello on the peers topic).
-  A dead task stops the node with its error.
+- Tasks: `rounds` (sample, publish, select, train, checkpoint, metrics), `receive`
+  (gossip already authenticated; this task updates the peers and sender-version tables
+  and queues rollouts and deltas for admission without waiting on them), `admit-<i>`
+  (re-scoring through the `Rescorer`, delta decoding through `offload`: nothing a peer
+  chooses runs on the event loop) and `announce` (hello on the peers topic).
+  A dead task stops the node with its error; nothing the network or a peer causes
+  does (gossip counts failed publishes; refusals are counted by reason).
+- The admission queue is bounded (`ADMISSION_QUEUE`); a batch that does not fit is
+  dropped and counted as `admission_full` (our capacity, not the peer's fault).
 - Sampling and training run through `offload` (a thread in production), so gossip keeps
   flowing while the model works.
-- The swarm round moves only on accepted messages and local steps (swarm.clock).
-- Everything used from peers is within `max_staleness` of our round at selection time.
+- Staleness is measured locally (`swarm.staleness`): a group is usable for
+  `max_staleness` of our own rounds after it arrived, and while its policy version is
+  within `max_version_lag` of what its sender currently runs (the sender's newest
+  envelope by seq, `sender_versions`). Nothing a peer sends moves our sense of time, so
+  a node that joins late, restarts, or runs 100x slower uses its peers' work from its
+  first round, and a peer claiming huge versions only makes its own groups look fresh.
+- Replay protection survives restarts: each sender's highest seq is checkpointed
+  (`senders` in node.json) and becomes that sender's replay floor in gossip on resume.
 - Every refusal that is the peer's fault is reported to gossip's peer scores
   (`Gossip.penalize`), and every group admitted to the pool earns its sender a little
   credit; a peer the scores ignore no longer reaches `handle` at all.
-- Catching up (`SwarmRound.note_future`) listens only to peers first heard at least
-  `sapo.catch_up_min_rounds` of our rounds ago and in good standing, so a burst of fresh
-  keys (sybils) cannot move the clock; a patient attacker holding `catch_up_quorum` keys
-  in good standing for that long still can (the limit of counting keys).
 - A node with J = 0, or alone, runs the same loop on local groups only.
 """
 
@@ -36,12 +43,15 @@ from node import checkpoints
 from node.learner import ExternalGroup, Learner
 from node.metrics import MetricsWriter, histogram
 from node.pool import RolloutPool
-from node.rescore import Refused, rescore_group
+from node.rescore import Refused
 from node.supervise import supervise
+from node.workers import InlineRescorer, Rescorer
 from rewards.mixture import TaskStream
-from swarm.clock import Clock, SwarmRound
+from swarm.clock import Clock
 from swarm.config import NodeConfig
+from swarm.envelope import Envelope
 from swarm.messages import DeltaPacket, Hello, RolloutBatch
+from swarm.staleness import SenderVersions, StalenessRule
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
 log = logging.getLogger("swarm.node")
@@ -50,10 +60,35 @@ Offload = Callable[..., Awaitable[Any]]
 ANNOUNCE_EVERY_S = 5.0
 MAX_PEERS_TRACKED = 4096
 NOT_THE_PEERS_FAULT = frozenset(
-    {"zero_variance", "stale", "pending_full", "deltas_disabled", "from_future", "foreign_task"}
+    {
+        "zero_variance",
+        "stale",
+        "stale_version",
+        "pending_full",
+        "deltas_disabled",
+        "foreign_task",
+        "admission_full",
+        "rescore_queue_full",
+        "nondeterministic_task",
+    }
 )
 CREDIT_PER_GROUP = 0.5
 """Score credit for a peer's group that passed re-scoring and entered the pool."""
+ADMISSION_QUEUE = 256
+"""Received rollout batches and deltas waiting for re-scoring / decoding."""
+ADMISSION_WORKERS = 2
+"""Concurrent admissions (each waits on the rescorer or a decoding thread)."""
+WAIT_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A received rollout batch or delta waiting to be re-scored or decoded."""
+
+    envelope: Envelope
+    message: RolloutBatch | DeltaPacket
+    arrival_round: int
+    arrival_time: float
 
 
 @dataclass
@@ -61,7 +96,6 @@ class PeerInfo:
     model_id: str
     model_family: str
     policy_version: int
-    round: int
     last_seen: float
 
 
@@ -85,6 +119,8 @@ class Node:
         on_round: Callable[[RoundReport], None] | None = None,
         capabilities: tuple[str, ...] = (),
         timer: Callable[[], float] = time.perf_counter,
+        rescorer: Rescorer | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
         self.gossip = gossip
@@ -96,11 +132,15 @@ class Node:
         self.timer = timer
         self.data_dir = Path(config.node.data_dir)
         sapo = config.sapo
-        self.swarm_round = SwarmRound(0, sapo.max_ahead, sapo.catch_up_quorum)
+        self.rescorer: Rescorer = rescorer or InlineRescorer(config.rewards)
+        self.on_event = on_event
+        """Called with ("first_peer", {...}) and ("first_external_group", {...}) once each."""
+        self.staleness = StalenessRule(sapo.max_staleness, sapo.max_version_lag, sapo.max_age_s)
+        self.sender_versions = SenderVersions(MAX_PEERS_TRACKED)
         self.pool = RolloutPool(
             max_groups=sapo.pool_max_groups,
             max_bytes=sapo.pool_max_bytes,
-            max_staleness=sapo.max_staleness,
+            rule=self.staleness,
             per_sender_cap=sapo.per_sender_cap,
             seed=config.tasks.seed,
         )
@@ -114,8 +154,12 @@ class Node:
         self.drops: Counter[str] = Counter()
         self.peer_faults: Counter[str] = Counter()
         self.peers: dict[str, PeerInfo] = {}
-        self._first_heard: dict[str, int] = {}
-        """Our `rounds_done` when each peer's first authenticated message arrived."""
+        self.started_at: float | None = None
+        self.first_peer_at: float | None = None
+        """Clock time of the first hello from a peer (None: alone so far)."""
+        self.first_external_round: int | None = None
+        """The first round that trained on a peer's group."""
+        self._admissions: asyncio.Queue[Admission] | None = None
         self.stop_requested = asyncio.Event()
         self._rollouts_topic = rollouts_topic(config.node.swarm_id)
         self._peers_topic = peers_topic(config.node.swarm_id)
@@ -142,7 +186,10 @@ class Node:
                 log.warning("skipping checkpoint %s: %s", directory, exc)
                 continue
             self.rounds_done = int(state["rounds_done"])
-            self.swarm_round.value = int(state["swarm_round"])
+            self.sender_versions.load_state_dict(state.get("senders", {}))
+            self.gossip.remember_seqs(
+                {s: seq for s, (seq, _) in self.sender_versions.state_dict().items()}
+            )
             self.tasks.load_state_dict(state["tasks"])
             self.pool.load_state_dict(state["pool"])
             log.info("resumed from %s (round %d)", directory, self.rounds_done)
@@ -152,8 +199,8 @@ class Node:
     def _node_state(self) -> dict[str, Any]:
         return {
             "rounds_done": self.rounds_done,
-            "swarm_round": self.swarm_round.value,
             "tasks": self.tasks.state_dict(),
+            "senders": self.sender_versions.state_dict(),
             "pool": self.pool.state_dict(),
             "peer_id": self.gossip.identity.peer_id,
             "model_id": self.learner.model_id,
@@ -205,85 +252,151 @@ class Node:
         listen = getattr(self.gossip.transport, "listen_addrs", None)
         return list(listen()) if callable(listen) else []
 
-    async def run(self, rounds: int | None, on_started: Callable[[], None] | None = None) -> int:
-        """Run until `rounds` more rounds are done (None: until stopped). Returns rounds done."""
+    async def run(
+        self,
+        rounds: int | None,
+        on_started: Callable[[], None] | None = None,
+        *,
+        wait_peers: int = 0,
+        wait_timeout_s: float = 60.0,
+    ) -> int:
+        """Run until `rounds` more rounds are done (None: until stopped). Returns rounds done.
+
+        With `wait_peers > 0`, the first round waits until that many peers have said
+        hello, or `wait_timeout_s` passed (then it starts anyway: alone, it still trains).
+        """
+        await self.rescorer.start()
+        try:
+            await self._run(rounds, on_started, wait_peers, wait_timeout_s)
+        finally:
+            await self.rescorer.close()
+        return self.rounds_done
+
+    async def _run(
+        self,
+        rounds: int | None,
+        on_started: Callable[[], None] | None,
+        wait_peers: int,
+        wait_timeout_s: float,
+    ) -> None:
         await self.gossip.start()
         await self.gossip.subscribe(self._rollouts_topic)
         await self.gossip.subscribe(self._peers_topic)
         if self._deltas_topic is not None:
             await self.gossip.subscribe(self._deltas_topic)
+        self.started_at = self.clock.now()
         if on_started is not None:
             on_started()
         self._metrics = MetricsWriter(self.data_dir / "metrics.jsonl")
+        self._admissions = asyncio.Queue(ADMISSION_QUEUE)
+        background = {"receive": self._receive_loop(), "announce": self._announce_loop()}
+        for i in range(ADMISSION_WORKERS):
+            background[f"admit-{i}"] = self._admit_loop()
         try:
-            await supervise(
-                self._round_loop(rounds),
-                {"receive": self._receive_loop(), "announce": self._announce_loop()},
-            )
+            await supervise(self._round_loop(rounds, wait_peers, wait_timeout_s), background)
         finally:
             self._metrics.close()
             await self.gossip.stop()
-        return self.rounds_done
 
     # ---- receiving -------------------------------------------------------------------
 
     async def _receive_loop(self) -> None:
+        assert self._admissions is not None
         while True:
             received = await self.gossip.receive()
-            self.handle(received)
+            admission = self.handle(received)
+            if admission is None:
+                continue
+            try:
+                self._admissions.put_nowait(admission)
+            except asyncio.QueueFull:
+                self._drop("admission_full", None)
 
-    def handle(self, received: Received) -> None:
-        """Apply one authenticated message: clock, peers table, pool."""
+    async def _admit_loop(self) -> None:
+        assert self._admissions is not None
+        while True:
+            admission = await self._admissions.get()
+            await self.admit(admission)
+
+    async def take(self, received: Received) -> None:
+        """`handle` then `admit` at once (simnet and tests: no queue in between)."""
+        admission = self.handle(received)
+        if admission is not None:
+            await self.admit(admission)
+
+    def handle(self, received: Received) -> Admission | None:
+        """Note one authenticated message (peers table, the sender's current version);
+        return the rollouts or delta to admit, stamped with our round and time now."""
         envelope = received.envelope
-        self._note_heard(envelope.sender)
-        if not self.swarm_round.admits(envelope.round):
-            self._drop("from_future", envelope.sender)
-            if self._vouches(envelope.sender) and self.swarm_round.note_future(
-                envelope.sender, envelope.round
-            ):
-                log.info("caught up with the swarm: round now %d", self.swarm_round.value)
-            return
-        self.swarm_round.observe(envelope.round)
+        self.sender_versions.observe(envelope.sender, envelope.seq, envelope.policy_version)
         message = received.message
         if isinstance(message, Hello):
-            self.peers[envelope.sender] = PeerInfo(
-                message.model_id,
-                message.model_family,
-                message.policy_version,
-                envelope.round,
-                self.clock.now(),
-            )
-            if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
-                oldest = min(self.peers, key=lambda peer: self.peers[peer].last_seen)
-                del self.peers[oldest]
-        elif isinstance(message, RolloutBatch):
-            for group in message.groups:
-                if self._own_sources is not None and group.task.source not in self._own_sources:
-                    self._drop("foreign_task", envelope.sender)  # counted, not blamed
-                    continue
-                try:
-                    rescored = rescore_group(group, self.config.rewards)
-                except Refused as refused:
-                    self._drop(refused.reason, envelope.sender)
-                    continue
-                if rescored.forged:
-                    self._drop("forged_rewards", envelope.sender)
-                    continue
-                if self.pool.add(
-                    envelope.sender, envelope.round, group, rescored.rewards, self.swarm_round.value
-                ):
-                    self.gossip.credit(envelope.sender, CREDIT_PER_GROUP)
-                else:
-                    self._drop("stale", None)
-        elif isinstance(message, DeltaPacket):
+            self._note_hello(envelope.sender, message)
+            return None
+        if isinstance(message, (RolloutBatch, DeltaPacket)):
+            return Admission(envelope, message, self.rounds_done, self.clock.now())
+        self._drop(f"unexpected_kind_{message.KIND}", envelope.sender)
+        return None
+
+    def _note_hello(self, sender: str, hello: Hello) -> None:
+        now = self.clock.now()
+        if sender not in self.peers and self.first_peer_at is None:
+            self.first_peer_at = now
+            waited = now - self.started_at if self.started_at is not None else 0.0
+            log.info("first peer %s (%s) after %.1f s", sender, hello.model_id, waited)
+            if self.on_event is not None:
+                self.on_event(
+                    "first_peer",
+                    {"peer": sender, "model_id": hello.model_id, "after_s": round(waited, 3)},
+                )
+        self.peers[sender] = PeerInfo(
+            hello.model_id, hello.model_family, hello.policy_version, now
+        )
+        if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
+            oldest = min(self.peers, key=lambda peer: self.peers[peer].last_seen)
+            del self.peers[oldest]
+
+    async def admit(self, admission: Admission) -> None:
+        """Re-score a batch's groups into the pool, or hold a delta for the next merge."""
+        sender = admission.envelope.sender
+        if isinstance(admission.message, DeltaPacket):
             try:
-                self.learner.receive_delta(
-                    envelope.sender, envelope.round, message, self.swarm_round.value
+                await self.offload(
+                    self.learner.receive_delta,
+                    sender,
+                    admission.envelope.policy_version,
+                    admission.message,
+                    admission.arrival_round,
                 )
             except Refused as refused:
-                self._drop(refused.reason, envelope.sender)
-        else:
-            self._drop(f"unexpected_kind_{message.KIND}", envelope.sender)
+                self._drop(refused.reason, sender)
+            return
+        for group in admission.message.groups:
+            if self._own_sources is not None and group.task.source not in self._own_sources:
+                self._drop("foreign_task", sender)  # counted, not blamed
+                continue
+            try:
+                rescored = await self.rescorer.rescore(group)
+            except Refused as refused:
+                self._drop(refused.reason, sender)
+                continue
+            if rescored.forged:
+                self._drop("forged_rewards", sender)
+                continue
+            if self.pool.add(
+                sender,
+                group,
+                rescored.rewards,
+                own_round=admission.arrival_round,
+                sender_version=self._sender_version(sender),
+                now=admission.arrival_time,
+            ):
+                self.gossip.credit(sender, CREDIT_PER_GROUP)
+            else:
+                self._drop("stale_version", None)
+
+    def _sender_version(self, sender: str) -> int:
+        return self.sender_versions.version(sender)
 
     def _drop(self, reason: str, sender: str | None) -> None:
         self.drops[reason] += 1
@@ -298,20 +411,6 @@ class Node:
         stats = getattr(self.gossip.transport, "stats", None)
         return stats() if callable(stats) else None
 
-    def _note_heard(self, sender: str) -> None:
-        if sender not in self._first_heard:
-            self._first_heard[sender] = self.rounds_done
-            if len(self._first_heard) > MAX_PEERS_TRACKED:  # forgetting makes a peer newer
-                del self._first_heard[next(iter(self._first_heard))]
-
-    def _vouches(self, sender: str) -> bool:
-        """May `sender`'s claim of a later round count toward catching up?"""
-        heard = self._first_heard.get(sender, self.rounds_done)
-        return (
-            self.rounds_done - heard >= self.config.sapo.catch_up_min_rounds
-            and self.gossip.scores.in_good_standing(sender)
-        )
-
     async def _announce_loop(self) -> None:
         while True:
             hello = Hello(
@@ -320,12 +419,26 @@ class Node:
                 self.learner.policy_version,
                 self.capabilities,
             )
-            await self.gossip.publish(self._peers_topic, hello, self.swarm_round.value)
+            await self.gossip.publish(self._peers_topic, hello, self.learner.policy_version)
             await self.clock.sleep(ANNOUNCE_EVERY_S)
 
     # ---- the round loop --------------------------------------------------------------
 
-    async def _round_loop(self, rounds: int | None) -> None:
+    async def _wait_for_peers(self, count: int, timeout_s: float) -> None:
+        deadline = self.clock.now() + timeout_s
+        while len(self.peers) < count and self.clock.now() < deadline:
+            if self.stop_requested.is_set():
+                return
+            await self.clock.sleep(WAIT_POLL_S)
+        if len(self.peers) < count:
+            log.warning(
+                "waited %.0f s for %d peer(s), have %d: starting anyway",
+                timeout_s, count, len(self.peers),
+            )
+
+    async def _round_loop(self, rounds: int | None, wait_peers: int, wait_timeout_s: float) -> None:
+        if wait_peers > 0:
+            await self._wait_for_peers(wait_peers, wait_timeout_s)
         target = None if rounds is None else self.rounds_done + rounds
         while target is None or self.rounds_done < target:
             if self.stop_requested.is_set():
@@ -352,7 +465,7 @@ class Node:
         # held up by the network. It is awaited before the round ends (errors surface).
         publish_task = (
             asyncio.create_task(
-                self.gossip.publish(self._rollouts_topic, batch, self.swarm_round.value),
+                self.gossip.publish(self._rollouts_topic, batch, self.learner.policy_version),
                 name="publish",
             )
             if batch.groups
@@ -360,12 +473,18 @@ class Node:
         )
 
         try:
-            own_round = self.swarm_round.value
+            own_round = self.rounds_done
             chosen = (
-                self.pool.select(sapo.external_groups, own_round) if sapo.external_groups else []
+                self.pool.select(
+                    sapo.external_groups, own_round, self._sender_version, self.clock.now()
+                )
+                if sapo.external_groups
+                else []
             )
             external = [
-                ExternalGroup(e.sender, e.group.prompt, e.group.completions, e.rewards)
+                ExternalGroup(
+                    e.sender, e.group.prompt, e.group.completions, e.rewards, e.group.finished
+                )
                 for e in chosen
             ]
             trained = await self.offload(self.learner.train, sampled.groups, external)
@@ -373,10 +492,12 @@ class Node:
             delta_start = self.timer()
             if self._deltas_topic is not None:
                 packet, deltas_record = await self.offload(
-                    self.learner.share_deltas, self.swarm_round.value
+                    self.learner.share_deltas, self.rounds_done
                 )
                 if packet is not None:
-                    await self.gossip.publish(self._deltas_topic, packet, self.swarm_round.value)
+                    await self.gossip.publish(
+                        self._deltas_topic, packet, self.learner.policy_version
+                    )
             delta_s = self.timer() - delta_start
         except BaseException:
             if publish_task is not None:
@@ -386,7 +507,23 @@ class Node:
         if publish_task is not None:
             await publish_task
         publish_s = self.timer() - publish_start  # only the part not hidden behind training
-        self.swarm_round.tick()
+        if external and self.first_external_round is None:
+            self.first_external_round = self.rounds_done + 1
+            after = self.clock.now() - (self.started_at or self.clock.now())
+            log.info(
+                "first external group used in round %d (%.1f s after start)",
+                self.first_external_round,
+                after,
+            )
+            if self.on_event is not None:
+                self.on_event(
+                    "first_external_group",
+                    {
+                        "round": self.first_external_round,
+                        "after_s": round(after, 3),
+                        "groups": len(external),
+                    },
+                )
         self.rounds_done += 1
         checkpoint_start = self.timer()
         if self.rounds_done % self.config.node.checkpoint_every == 0:
@@ -400,7 +537,6 @@ class Node:
         counters = self.gossip.counters.snapshot()
         record: dict[str, Any] = {
             "round": self.rounds_done,
-            "swarm_round": self.swarm_round.value,
             "policy_version": self.learner.policy_version,
             "time": self.clock.now(),
             "local_groups": len(sampled.groups),
@@ -410,10 +546,15 @@ class Node:
             "mean_external_reward": statistics.fmean(external_rewards)
             if external_rewards
             else None,
-            "staleness": histogram(self.pool.staleness_of(chosen, own_round)),
+            "age": histogram(self.pool.ages_of(chosen, own_round)),
+            "version_lag": histogram(self.pool.lags_of(chosen, self._sender_version)),
             "pool_groups": len(self.pool),
             "peers": len(self.peers),
+            "first_external_round": self.first_external_round,
+            "admission_queue": self._admissions.qsize() if self._admissions is not None else 0,
             "drops": dict(sorted((self.drops + Counter(counters["dropped"])).items())),
+            "publish_failed": counters["publish_failed"],
+            "rescore": self.rescorer.stats(),
             "peer_scores": self.gossip.scores.snapshot(),
             "transport": self._transport_stats(),
             "checkpoint_errors": self.checkpoint_errors,

@@ -3,7 +3,11 @@
 Invariants:
 - Draw k (k = 0, 1, 2, ...) is a pure function of (stream seed, k, mixture): its source is
   a weighted choice by `random.Random("swarm-mix:<stream seed>:<k>")` and its reference is
-  `TaskRef(source, stream_seed, k)`. Drawing 3 then 5 equals drawing 8.
+  `TaskRef(source, stream_seed, k)` while k is within the source's `max_index`. Beyond it
+  (reasoning-gym datasets whose index is capped) the reference wraps: with
+  `n = max_index + 1`, it is `TaskRef(source, epoch_seed(stream_seed, k // n), k % n)`,
+  where epoch 0 is the stream seed itself (so streams within the cap are unchanged).
+  Drawing 3 then 5 equals drawing 8.
 - The stream seed is `blake2b("<tasks.seed>:<node_seed>")` (63 bits): two nodes with the
   same config but different node seeds get different tasks; the same node after a
   restart gets the same ones.
@@ -24,6 +28,14 @@ from swarm.config.learning import TasksConfig
 from swarm.messages import TaskRef
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of a capped source's references in wrap `epoch` (0: `seed` itself)."""
+    if epoch == 0:
+        return seed
+    digest = hashlib.blake2b(f"swarm-epoch:{seed}:{epoch}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
 def stream_seed(tasks_seed: int, node_seed: int) -> int:
     """The seed a node's task references carry."""
     digest = hashlib.blake2b(f"{tasks_seed}:{node_seed}".encode(), digest_size=8).digest()
@@ -34,8 +46,7 @@ class TaskStream:
     """Deterministic task references for one node; checkpointable by its cursor."""
 
     def __init__(self, config: TasksConfig, node_seed: int) -> None:
-        for spec in config.mixture:
-            get_source(spec.source)
+        self._max_index = {s.source: get_source(s.source).max_index for s in config.mixture}
         self._sources = [spec.source for spec in config.mixture]
         self._cumulative = list(accumulate(spec.weight for spec in config.mixture))
         self.seed = stream_seed(config.seed, node_seed)
@@ -51,11 +62,14 @@ class TaskStream:
         """The next `n` references; advances the cursor by `n`."""
         if n < 0:
             raise ValueError("n must be >= 0")
-        refs = [
-            TaskRef(self._source_at(k), self.seed, k) for k in range(self.cursor, self.cursor + n)
-        ]
+        refs = [self._ref_at(k) for k in range(self.cursor, self.cursor + n)]
         self.cursor += n
         return refs
+
+    def _ref_at(self, k: int) -> TaskRef:
+        source = self._source_at(k)
+        span = self._max_index[source] + 1
+        return TaskRef(source, epoch_seed(self.seed, k // span), k % span)
 
     def state_dict(self) -> dict[str, int]:
         return {"cursor": self.cursor, "seed": self.seed}

@@ -11,20 +11,32 @@ Invariants:
 - Pure: a function of (task, completion, config) only; the task is regenerated from its
   reference by the caller, never taken from a peer.
 - A correctness function marked slow (reasoning-gym's scorers, anything that runs code)
-  runs in a daemon thread and is abandoned after `config.timeout_s`: it then scores 0 and
-  is counted in `reward_counters()["timeouts"]`. A scorer that raises scores 0 and is
-  counted in `["errors"]`. Neither ever raises into the caller.
+  runs under `config.timeout_s`; past it, it scores 0 and is counted in
+  `reward_counters()["timeouts"]`. A scorer that raises scores 0 and is counted in
+  `["errors"]`. Neither ever raises into the caller.
+- No reward runs forever. In the default `process` mode a slow reward runs in a killable
+  worker process (`rewards.sandbox.Sandbox`, one per process, started on first use) that
+  is killed at the limit; so a slow correctness function must be picklable by reference
+  (a module-level function: `register_correctness` checks). In `thread` mode (set inside
+  worker processes, `set_time_limit_mode`) it runs in a daemon thread that is abandoned at
+  the limit and counted in `live_reward_threads()` until it ends; the worker's owner
+  retires a worker whose job left one running (`rewards.sandbox`), so the thread dies
+  with it.
 - Returned scores are finite floats.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
+import pickle
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
+from rewards.sandbox import JobTimeout, Sandbox
 from rewards.tasks import Task, TaskSource, answer_matches_format, get_source
 from swarm.config.learning import RewardsConfig
 
@@ -104,9 +116,19 @@ CORRECTNESS: dict[str, Correctness] = {
 
 
 def register_correctness(name: str, fn: CorrectnessFn, *, slow: bool | None, doc: str) -> None:
-    """Add a correctness reward; names are unique."""
+    """Add a correctness reward; names are unique. One that may be slow (`slow` True or
+    None) runs in a worker process, so it must be a module-level function; register it in
+    a module the workers import (`rewards.sandbox`) if peers' groups are scored with it."""
     if name in CORRECTNESS:
         raise ValueError(f"correctness reward {name!r} is already registered")
+    if slow is not False:
+        try:
+            pickle.dumps(fn)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure
+            raise ValueError(
+                f"correctness reward {name!r} may be slow, so it runs in a worker process "
+                f"and must be a module-level function (picklable by reference): {exc}"
+            ) from None
     CORRECTNESS[name] = Correctness(fn, slow, doc)
 
 
@@ -134,21 +156,72 @@ def reward_counters() -> dict[str, int]:
         return dict(_counters)
 
 
-def _run(fn: Callable[[], float], timeout_s: float | None) -> float:
-    """`fn()` inline or, with a timeout, in a daemon thread; 0.0 on error or timeout."""
+TimeLimitMode = Literal["process", "thread"]
+_mode: TimeLimitMode = "process"
+_abandoned: list[threading.Thread] = []
+_sandbox_lock = threading.Lock()
+_sandbox: Sandbox | None = None
+
+
+def set_time_limit_mode(mode: TimeLimitMode) -> None:
+    """How slow rewards are limited in this process (see the module docstring)."""
+    global _mode
+    if mode not in ("process", "thread"):
+        raise ValueError(f"time limit mode must be 'process' or 'thread', got {mode!r}")
+    _mode = mode
+
+
+def live_reward_threads() -> int:
+    """Reward threads abandoned at their time limit (thread mode) that still run."""
+    with _counters_lock:
+        _abandoned[:] = [t for t in _abandoned if t.is_alive()]
+        return len(_abandoned)
+
+
+def _get_sandbox() -> Sandbox:
+    global _sandbox
+    with _sandbox_lock:
+        if _sandbox is None:
+            _sandbox = Sandbox()
+            atexit.register(_sandbox.close)
+        return _sandbox
+
+
+def _failed(exc: BaseException) -> float:
+    _count("errors")
+    log.warning("reward function raised %r; scoring 0", exc)
+    return 0.0
+
+
+def _timed_out(timeout_s: float) -> float:
+    _count("timeouts")
+    log.warning("reward function exceeded %.3gs; scoring 0", timeout_s)
+    return 0.0
+
+
+def _run(
+    reward: Correctness, source: TaskSource, task: Task, answer: str, timeout_s: float | None
+) -> float:
+    """`reward.fn(source, task, answer)` inline, or under `timeout_s` in the sandbox
+    (process mode) or a daemon thread (thread mode); 0.0 on error or timeout."""
     if timeout_s is None:
         try:
-            return fn()
-        except Exception:
-            _count("errors")
-            log.warning("reward function raised; scoring 0", exc_info=True)
-            return 0.0
+            return reward.fn(source, task, answer)
+        except Exception as exc:  # noqa: BLE001 - a scorer bug scores 0
+            return _failed(exc)
+    if _mode == "process":
+        try:
+            return _get_sandbox().call(reward.fn, (source, task, answer), timeout_s)
+        except JobTimeout:
+            return _timed_out(timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the scorer's error, or its worker died
+            return _failed(exc)
     box: list[float] = []
     failed: list[BaseException] = []
 
     def target() -> None:
         try:
-            box.append(fn())
+            box.append(reward.fn(source, task, answer))
         except Exception as exc:  # noqa: BLE001 — reported below, in the caller's thread
             failed.append(exc)
 
@@ -156,13 +229,11 @@ def _run(fn: Callable[[], float], timeout_s: float | None) -> float:
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        _count("timeouts")
-        log.warning("reward function exceeded %.3gs; scoring 0", timeout_s)
-        return 0.0
+        with _counters_lock:
+            _abandoned.append(worker)
+        return _timed_out(timeout_s)
     if failed:
-        _count("errors")
-        log.warning("reward function raised %r; scoring 0", failed[0])
-        return 0.0
+        return _failed(failed[0])
     return box[0]
 
 
@@ -175,7 +246,11 @@ def correctness(task: Task, completion: str, config: RewardsConfig) -> float:
     if answer is None:
         return 0.0
     slow = source.slow_scoring if reward.slow is None else reward.slow
-    value = _run(lambda: reward.fn(source, task, answer), config.timeout_s if slow else None)
+    value = _run(reward, source, task, answer, config.timeout_s if slow else None)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
     return value if math.isfinite(value) else 0.0
 
 

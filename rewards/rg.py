@@ -4,7 +4,18 @@ Invariants:
 - A reference (seed, index) maps to dataset seed `blake2b("swarm-rg:<name>:<seed>")`
   (31 bits) and item `index`. reasoning-gym seeds item i with `dataset_seed + i`, so raw
   seeds 0 and 1 would give overlapping streams; hashing the seed keeps node streams apart.
-- Indices are bounded by `RG_SIZE` (items are generated lazily, so the size costs nothing).
+- Only datasets the checked-in table `swarm.config.task_sources` marks usable are served
+  (`get_rg_source`); the rest raise `UnusableSource` (a `KeyError`) whose `reason` is
+  `nondeterministic_task` (our own generator may differ from the peer's: not the peer's
+  fault), `task_error` (broken on every reference) or `unknown_task` (`REFUSAL_REASONS`).
+  The table is measured by `benchmarks/task_sources.py`, never probed at run time.
+- How a usable dataset is built is fixed by the table, per dataset:
+  `lazy` datasets generate items on demand and are built once per seed at size `RG_SIZE`
+  (exactly as before the table existed); `sized` datasets precompute their items in the
+  constructor (a size of 2**31-1 never returns), so item `index` is item `index` of a
+  dataset built at size `index + 1`, and indices are capped (`RG_SIZED`) so that one
+  build stays bounded in time.
+- Indices are bounded by the source's `max_index` (checked before anything is built).
 - Correctness is `dataset.score_answer(answer, entry)` on the regenerated entry, clamped
   to [0, 1] (NaN -> 0); it may be slow, so the registry runs it under a time limit.
 - Only built-in (default) dataset configurations are used: a reference carries no options,
@@ -16,23 +27,46 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
-from rewards.tasks import RG_PREFIX, Task, _check_range
+from rewards.tasks import RG_PREFIX, Task, UnusableSource, _check_range
+from swarm.config.task_sources import RG_LAZY, RG_MAX_INDEX, RG_SIZED, rg_refusal
 from swarm.messages import TaskRef
 
 RG_SIZE = 2**31 - 1
-"""Exclusive upper bound of a reasoning-gym task index."""
+"""Size every `lazy` dataset is built with (items are generated on demand, so it costs
+nothing); `RG_MAX_INDEX` (`RG_SIZE - 1`) is their largest index."""
+
+assert RG_MAX_INDEX == RG_SIZE - 1
 
 ANSWER_INSTRUCTION = "\nGive only the final answer, between <answer> and </answer>.\n"
 """Appended to every reasoning-gym question so answers can be extracted."""
 
+BuildRule = Literal["lazy", "sized"]
+
+REFUSAL_REASONS: dict[str, str] = {
+    "nondeterministic": "nondeterministic_task",  # our generator's fault, not the peer's
+    "broken": "task_error",  # fails on every reference: what generating it would say
+}
+"""The refusal reason for a peer's group of a refused dataset, by the table's kind;
+other kinds (`slow`, `hang`, `unmeasured`) are `unknown_task`: not served here."""
+
 
 def dataset_names() -> list[str]:
-    """Every dataset name the installed reasoning-gym registers."""
+    """Every dataset name the installed reasoning-gym registers (usable or not)."""
     import reasoning_gym.factory as factory
 
     return sorted(factory.DATASETS)
+
+
+def usable_dataset_names() -> list[str]:
+    """The datasets `get_rg_source` serves: the table's usable ones that are installed."""
+    return [n for n in dataset_names() if n in RG_LAZY or n in RG_SIZED]
+
+
+def build_rule(dataset: str) -> BuildRule:
+    """How the table says `dataset` is built (`lazy` for datasets not in `RG_SIZED`)."""
+    return "sized" if dataset in RG_SIZED else "lazy"
 
 
 def _dataset_seed(name: str, seed: int) -> int:
@@ -40,20 +74,42 @@ def _dataset_seed(name: str, seed: int) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-@lru_cache(maxsize=64)
-def _dataset(name: str, seed: int) -> Any:
+def _build(name: str, seed: int, size: int) -> Any:
     import reasoning_gym
 
-    return reasoning_gym.create_dataset(name, seed=_dataset_seed(name, seed), size=RG_SIZE)
+    return reasoning_gym.create_dataset(name, seed=_dataset_seed(name, seed), size=size)
+
+
+@lru_cache(maxsize=64)
+def _lazy_dataset(name: str, seed: int) -> Any:
+    return _build(name, seed, RG_SIZE)
+
+
+@lru_cache(maxsize=8)
+def _sized_dataset(name: str, seed: int, index: int) -> Any:
+    return _build(name, seed, index + 1)
+
+
+def dataset_for(name: str, seed: int, index: int, rule: BuildRule) -> Any:
+    """The dataset object that holds item `index` of reference (seed, index) under `rule`."""
+    return _lazy_dataset(name, seed) if rule == "lazy" else _sized_dataset(name, seed, index)
+
+
+def raw_entry(name: str, seed: int, index: int, rule: BuildRule) -> dict[str, Any]:
+    """Item `index` for reference (seed, index) built under `rule`, ignoring the table and
+    the index bound (for `benchmarks/task_sources.py`, which measures the table)."""
+    if rule == "lazy":
+        return _build(name, seed, RG_SIZE)[index]
+    return _build(name, seed, index + 1)[index]
 
 
 @lru_cache(maxsize=4096)
 def _entry(name: str, seed: int, index: int) -> dict[str, Any]:
-    return _dataset(name, seed)[index]
+    return dataset_for(name, seed, index, build_rule(name))[index]
 
 
 class RgSource:
-    """One reasoning-gym dataset as a `TaskSource`."""
+    """One usable reasoning-gym dataset as a `TaskSource`."""
 
     answer_pattern = r"(?s).*\S.*"
     slow_scoring = True
@@ -61,9 +117,10 @@ class RgSource:
     def __init__(self, dataset: str) -> None:
         self.dataset = dataset
         self.name = RG_PREFIX + dataset
+        self.max_index = RG_SIZED.get(dataset, RG_MAX_INDEX)
 
     def make(self, seed: int, index: int) -> Task:
-        _check_range(seed, index, RG_SIZE - 1)
+        _check_range(seed, index, self.max_index)
         entry = _entry(self.dataset, seed, index)
         return Task(
             TaskRef(self.name, seed, index),
@@ -72,8 +129,10 @@ class RgSource:
         )
 
     def score_answer(self, task: Task, answer: str) -> float:
-        entry = _entry(self.dataset, task.ref.seed, task.ref.index)
-        value = float(_dataset(self.dataset, task.ref.seed).score_answer(answer, entry))
+        seed, index = task.ref.seed, task.ref.index
+        entry = _entry(self.dataset, seed, index)
+        dataset = dataset_for(self.dataset, seed, index, build_rule(self.dataset))
+        value = float(dataset.score_answer(answer, entry))
         return 0.0 if math.isnan(value) else min(1.0, max(0.0, value))
 
     def __repr__(self) -> str:
@@ -82,8 +141,16 @@ class RgSource:
 
 @lru_cache(maxsize=256)
 def get_rg_source(dataset: str) -> RgSource:
-    """The adapter for one dataset; `KeyError` if reasoning-gym has no such dataset."""
+    """The adapter for one usable dataset; `UnusableSource` (a `KeyError`) otherwise."""
     names = dataset_names()
     if dataset not in names:
-        raise KeyError(f"unknown reasoning-gym dataset {dataset!r}; known: {', '.join(names)}")
+        raise UnusableSource(
+            "unknown_task",
+            f"unknown reasoning-gym dataset {dataset!r}; known: {', '.join(names)}",
+        )
+    refusal = rg_refusal(dataset)
+    if refusal is not None:
+        kind, message = refusal
+        reason = REFUSAL_REASONS.get(kind, "unknown_task")
+        raise UnusableSource(reason, f"{RG_PREFIX}{dataset} is refused: {message}")
     return RgSource(dataset)

@@ -7,7 +7,11 @@ Invariants:
   (source, seed, index) (CPython's string seeding is sha512-based and stable across
   platforms and versions); reasoning-gym datasets are procedural and need no download.
 - A reference a peer sent is untrusted: an unknown source raises `KeyError`, a negative
-  or out-of-range seed/index raises `ValueError`, before anything is generated.
+  or out-of-range seed/index (above the source's `max_index`) raises `ValueError`, before
+  anything is generated.
+- Only sources the measured table `swarm.config.task_sources` allows are served: a
+  refused reasoning-gym dataset raises `UnusableSource` (a `KeyError` with a `reason`,
+  `nondeterministic_task` when our own generator could disagree with an honest peer's).
 - Built-in tasks are small enough for a ~1M-parameter character-level model to learn
   from scratch on a CPU: prompts and answers use only lowercase letters, digits,
   `+ = < > ?` and spaces, and answers have no newline.
@@ -39,6 +43,19 @@ class Task:
     answer: str
 
 
+class UnusableSource(KeyError):
+    """A task source this node refuses to run; `reason` is a refusal reason for a peer's
+    group (`unknown_task`, or `nondeterministic_task` when the fault is our generator's)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @runtime_checkable
 class TaskSource(Protocol):
     """A deterministic generator of tasks.
@@ -46,12 +63,14 @@ class TaskSource(Protocol):
     `answer_pattern` is a regular expression a well-formed answer fully matches (used by
     the optional format reward). `score_answer(task, answer)` is the source's own
     correctness in [0, 1] for an already extracted answer; `slow_scoring` says whether it
-    may run long and so needs a time limit.
+    may run long and so needs a time limit. `max_index` is the largest index `make`
+    accepts (task streams wrap to a new derived seed beyond it).
     """
 
     name: str
     answer_pattern: str
     slow_scoring: bool
+    max_index: int
 
     def make(self, seed: int, index: int) -> Task: ...
 
@@ -68,6 +87,7 @@ class BuiltinSource:
     """A built-in generator: `generate(rng) -> (prompt, answer)` over a private RNG."""
 
     slow_scoring = False
+    max_index = MAX_SEED
 
     def __init__(
         self, name: str, generate: Callable[[random.Random], tuple[str, str]], answer_pattern: str
@@ -137,14 +157,15 @@ BUILTIN_SOURCES: dict[str, BuiltinSource] = {
 
 
 def known_sources() -> list[str]:
-    """Names `get_source` accepts (reasoning-gym datasets as `rg:<name>`)."""
+    """Names `get_source` accepts (usable reasoning-gym datasets as `rg:<name>`)."""
     from rewards import rg  # local: keeps reasoning-gym off the import path of built-ins
 
-    return sorted(BUILTIN_SOURCES) + [RG_PREFIX + n for n in rg.dataset_names()]
+    return sorted(BUILTIN_SOURCES) + [RG_PREFIX + n for n in rg.usable_dataset_names()]
 
 
 def get_source(name: str) -> TaskSource:
-    """The source called `name`; `KeyError` listing the known names otherwise."""
+    """The source called `name`; `KeyError` listing the known names otherwise
+    (`UnusableSource` for a reasoning-gym dataset the measured table refuses)."""
     if not isinstance(name, str):
         raise KeyError(f"task source name must be a string, got {type(name).__name__}")
     if name in BUILTIN_SOURCES:

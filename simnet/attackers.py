@@ -106,7 +106,6 @@ class Attacker:
         self.tasks = TaskStream(config.tasks, task_seed)
         self.group_size = config.sampler.group_size
         self.max_message_bytes = config.transport.max_message_bytes
-        self.round = 0
         self.sent = 0
         self._seq = start_seq
         self._recent: deque[tuple[str, bytes]] = deque(maxlen=64)
@@ -119,14 +118,13 @@ class Attacker:
     # ---- what it hears ---------------------------------------------------------------
 
     def observe(self, topic: str, data: bytes) -> None:
-        """A message delivered to the attacker: learn the round, keep it for replays."""
+        """A message delivered to the attacker: keep what looks like an envelope for replays."""
         try:
             fields = unpack(data, _PEEK_LIMITS)
         except WireError:
-            return  # someone else's junk: nothing to learn from it
-        if isinstance(fields, list) and len(fields) == 8 and isinstance(fields[5], int):
-            if fields[5] <= self.round + self.config.sapo.max_ahead:
-                self.round = max(self.round, fields[5])
+            return  # someone else's junk: nothing to replay
+        if not (isinstance(fields, list) and len(fields) == 8):
+            return
         if len(self._recent) == self._recent.maxlen:
             self._old.append(self._recent[0])
         self._recent.append((topic, data))
@@ -147,7 +145,7 @@ class Attacker:
         kind: str,
         payload: bytes,
         *,
-        round: int | None = None,
+        policy_version: int = 0,
         swarm_id: str | None = None,
     ) -> bytes:
         self._seq += 1
@@ -156,7 +154,7 @@ class Attacker:
             kind=kind,
             swarm_id=swarm_id or self.swarm_id,
             seq=self._seq,
-            round=self.round if round is None else round,
+            policy_version=policy_version,
             payload=payload,
         ).encode()
 
@@ -238,10 +236,12 @@ class Attacker:
         self._send(self.rollouts, self._sealed(self.identities[0], "rollouts", batch))
 
     def _tick_sybil(self) -> None:
-        future = self.round + self.config.sapo.max_ahead + 50
-        hello = encode_payload(Hello("attacker", "attacker", 0, ()))
+        # Claims of absurd policy versions (the old clock-ratchet attack): with staleness
+        # measured by each receiver, they can only make the claimant's own groups stale.
+        claim = 2**62
+        hello = encode_payload(Hello("attacker", "attacker", claim, ()))
         for identity in self.identities:
-            self._send(self.peers, self._sealed(identity, "hello", hello, round=future))
+            self._send(self.peers, self._sealed(identity, "hello", hello, policy_version=claim))
             batch = self._batch(self._forged_groups())
             self._send(self.rollouts, self._sealed(identity, "rollouts", batch))
 

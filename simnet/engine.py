@@ -301,7 +301,9 @@ class Simulation:
         assert node is not None
         await self.clock.sleep(phase)
         while True:
-            await node.gossip.publish(self.peers_topic, self._hello(node), node.swarm_round.value)
+            await node.gossip.publish(
+                self.peers_topic, self._hello(node), node.learner.policy_version
+            )
             await self.clock.sleep(self.scenario.announce_every_s)
 
     @staticmethod
@@ -401,7 +403,7 @@ class Simulation:
             self.link.watch_next(label)
             run_now(
                 sn.node.gossip.publish(
-                    self.peers_topic, self._hello(sn.node), sn.node.swarm_round.value
+                    self.peers_topic, self._hello(sn.node), sn.node.learner.policy_version
                 )
             )
 
@@ -442,7 +444,7 @@ class Simulation:
         dropped = gossip.counters.dropped.total()
         received = gossip.accept(message)
         if received is not None:
-            node.handle(received)
+            run_now(node.take(received))
         return gossip.counters.dropped.total() == dropped
 
     def _on_round(self, sn: SimNode, report: RoundReport) -> None:
@@ -548,7 +550,6 @@ class Simulation:
             "external_used": sum(sn.external.values()),
             "external_per_round": sum(sn.external.values()) / max(len(sn.external), 1),
             "policy_version": node.learner.policy_version if node is not None else 0,
-            "swarm_round": node.swarm_round.value if node is not None else 0,
             "behavior": plan.group.behavior,
             "drops_last_incarnation": dict(sorted(drops.items())),
             "peer_scores_last_incarnation": scores,

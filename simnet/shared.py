@@ -15,7 +15,7 @@ Invariants:
   and raised anew for each caller.
 - The patches replace the module attributes the production code looks up at call time
   (`gossip.layer.decode_envelope`, `gossip.layer.decode_payload`,
-  `node.runner.rescore_group`) and are always restored on exit, also on error. If one of
+  `node.workers.rescore_group`) and are always restored on exit, also on error. If one of
   them is gone (the production code moved), entering raises instead of silently running
   unpatched.
 - Memory is bounded: each cache is cleared when it reaches `MAX_ENTRIES`.
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gossip.layer
-import node.runner
+import node.workers
 from node.rescore import Refused, Rescored
 from swarm.errors import WireError
 
@@ -37,7 +37,7 @@ MAX_ENTRIES = 200_000
 _TARGETS = (
     (gossip.layer, "decode_envelope"),
     (gossip.layer, "decode_payload"),
-    (node.runner, "rescore_group"),
+    (node.workers, "rescore_group"),
 )
 _active = False
 

@@ -124,8 +124,10 @@ class TimedLearner:
         }
         return TrainResult(stats, seconds)
 
-    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
-        self.inner.receive_delta(sender, round, packet, own_round)
+    def receive_delta(
+        self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int
+    ) -> None:
+        self.inner.receive_delta(sender, sender_version, packet, arrival_round)
 
     def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
         return self.inner.share_deltas(own_round)

@@ -66,7 +66,9 @@ class StubLearner:
         self._version += 1
         return TrainResult({"informative_groups": informative, "skill": round(self.skill, 6)}, 0.0)
 
-    def receive_delta(self, sender: str, round: int, packet: DeltaPacket, own_round: int) -> None:
+    def receive_delta(
+        self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int
+    ) -> None:
         raise Refused("deltas_disabled")
 
     def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:

@@ -1,15 +1,19 @@
 """Signed envelopes: the only thing that travels between nodes.
 
 Wire form (msgpack array, language-neutral):
-    [version, kind, swarm_id, sender, seq, round, payload, signature]
+    [version, kind, swarm_id, sender, seq, policy_version, payload, signature]
 `signature` is Ed25519 by `sender` (a libp2p peer id, which embeds the public key) over
-    b"swarm/envelope/v1\\0" + msgpack([version, kind, swarm_id, sender, seq, round, payload]).
+    b"swarm/envelope/v2\\0" + msgpack([version, kind, swarm_id, sender, seq, policy_version,
+    payload]).
+`policy_version` is the sender's policy version (optimizer steps) when it sealed the
+envelope: a claim about itself only, which receivers use to judge the lag of that
+sender's own items (`swarm.staleness`). There is no swarm-wide round.
 
 Invariants:
 - `decode_envelope` checks, in this order, size, structure, version, kind, swarm id and
   signature, and raises `WireError` with one reason per check; a returned envelope is
   authentic (the sender really signed it) but not yet fresh (replay and staleness checks
-  belong to gossip and the clock).
+  belong to gossip and `swarm.staleness`).
 - The payload stays bytes here; it is decoded by kind with its own limits.
 """
 
@@ -24,7 +28,7 @@ from swarm.errors import WireError
 from swarm.identity import Identity, verify
 from swarm.messages import PAYLOAD_TYPES
 
-_DOMAIN = b"swarm/envelope/v1\x00"
+_DOMAIN = b"swarm/envelope/v2\x00"
 MAX_SWARM_ID_CHARS = 128
 
 
@@ -35,7 +39,7 @@ class Envelope:
     swarm_id: str
     sender: str
     seq: int
-    round: int
+    policy_version: int
     payload: bytes
     signature: bytes = b""
 
@@ -46,7 +50,7 @@ class Envelope:
             self.swarm_id,
             self.sender,
             self.seq,
-            self.round,
+            self.policy_version,
             self.payload,
         ]
         return _DOMAIN + pack(body)
@@ -59,7 +63,7 @@ class Envelope:
                 self.swarm_id,
                 self.sender,
                 self.seq,
-                self.round,
+                self.policy_version,
                 self.payload,
                 self.signature,
             ]
@@ -67,13 +71,22 @@ class Envelope:
 
 
 def seal(
-    identity: Identity, *, kind: str, swarm_id: str, seq: int, round: int, payload: bytes
+    identity: Identity,
+    *,
+    kind: str,
+    swarm_id: str,
+    seq: int,
+    policy_version: int,
+    payload: bytes,
 ) -> Envelope:
     """Build and sign an envelope from this node."""
-    unsigned = Envelope(PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, round, payload)
+    unsigned = Envelope(
+        PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, policy_version, payload
+    )
     signature = identity.sign(unsigned.signed_bytes())
     return Envelope(
-        PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, round, payload, signature
+        PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, policy_version, payload,
+        signature,
     )
 
 
@@ -92,7 +105,7 @@ def decode_envelope(
     obj = unpack(data, limits)
     if not isinstance(obj, list) or len(obj) != 8:
         raise WireError("malformed", "an envelope is an array of 8 fields")
-    version, kind, env_swarm, sender, seq, rnd, payload, signature = obj
+    version, kind, env_swarm, sender, seq, policy_version, payload, signature = obj
     if isinstance(version, bool) or not isinstance(version, int):
         raise WireError("malformed", "version must be an int")
     if version != PROTOCOL_VERSION:
@@ -105,7 +118,7 @@ def decode_envelope(
         raise WireError("malformed", "swarm id must be a short string")
     if not isinstance(sender, str):
         raise WireError("malformed", "sender must be a string")
-    for name, value in (("seq", seq), ("round", rnd)):
+    for name, value in (("seq", seq), ("policy_version", policy_version)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
             raise WireError("malformed", f"{name} must be a non-negative int")
     if not isinstance(payload, bytes) or not isinstance(signature, bytes):
@@ -114,7 +127,9 @@ def decode_envelope(
         raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
     if refuse_sender is not None and refuse_sender(sender):
         raise WireError("ignored_peer", sender[:64])
-    envelope = Envelope(version, kind, env_swarm, sender, seq, rnd, payload, signature)
+    envelope = Envelope(
+        version, kind, env_swarm, sender, seq, policy_version, payload, signature
+    )
     verify(sender, envelope.signed_bytes(), signature)
     if env_swarm != swarm_id:
         # Checked after the signature so that the refusal can be blamed on its signer.

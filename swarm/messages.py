@@ -130,10 +130,18 @@ class RolloutGroup:
     rewards: tuple[float, ...]  # advisory only
     model_id: str
     policy_version: int
+    finished: tuple[bool, ...] = ()
+    """Per completion: did it end with the sampler's stop token (EOS)? Text alone cannot
+    say, and a receiver appends its own EOS only where this is set. Left empty by a
+    caller that does not know, it becomes all False (unfinished)."""
 
     def __post_init__(self) -> None:
         if len(self.completions) != len(self.rewards):
             raise _fail("completions and rewards differ in length")
+        if not self.finished:
+            object.__setattr__(self, "finished", (False,) * len(self.completions))
+        if len(self.finished) != len(self.completions):
+            raise _fail("completions and finished differ in length")
 
     def to_wire(self) -> dict:
         return {
@@ -143,15 +151,22 @@ class RolloutGroup:
             "rewards": list(self.rewards),
             "model_id": self.model_id,
             "policy_version": self.policy_version,
+            "finished": list(self.finished),
         }
 
     @classmethod
     def from_wire(cls, obj: Any) -> RolloutGroup:
-        m = _map(obj, ("task", "prompt", "completions", "rewards", "model_id", "policy_version"))
+        m = _map(
+            obj,
+            ("task", "prompt", "completions", "rewards", "model_id", "policy_version", "finished"),
+        )
         completions = _list(m["completions"], "completions", MAX_GROUP_SIZE)
         rewards = _list(m["rewards"], "rewards", MAX_GROUP_SIZE)
+        finished = _list(m["finished"], "finished", MAX_GROUP_SIZE)
         if not completions:
             raise _fail("a group needs at least one completion")
+        if len(finished) != len(completions) or not all(isinstance(f, bool) for f in finished):
+            raise _fail("finished must be one bool per completion")
         return cls(
             task=TaskRef.from_wire(m["task"]),
             prompt=_str(m["prompt"], "prompt", MAX_TEXT_CHARS),
@@ -159,6 +174,7 @@ class RolloutGroup:
             rewards=tuple(_float(r, "reward") for r in rewards),
             model_id=_str(m["model_id"], "model_id"),
             policy_version=_int(m["policy_version"], "policy_version"),
+            finished=tuple(finished),
         )
 
 

@@ -40,8 +40,7 @@ class DeltasConfig(StrictModel):
     mixing_weight: float = Field(0.5, ge=0.0, le=1.0)
     """`params += mixing_weight * aggregate(peer deltas)` at each merge."""
     max_staleness: int = Field(8, ge=0, le=100_000)
-    """Use a peer's delta only within this many swarm rounds of our own (at receipt and
-    at merge)."""
+    """Merge a peer's delta only within this many of our own rounds after it arrived."""
     max_pending_peers: int = Field(64, ge=1, le=4096)
     """At most this many peers' packets held for the next merge (one per peer)."""
 

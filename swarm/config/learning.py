@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from swarm.config.base import StrictModel
+from swarm.config.task_sources import check_task_source
 
 
 class ModelConfig(StrictModel):
@@ -73,9 +74,17 @@ class TrainConfig(StrictModel):
 class TaskSpec(StrictModel):
     source: str
     """A task source name: a built-in generator (`add`, `copy`, `reverse`, `compare`, `digit`)
-    or `rg:<dataset>` (a reasoning-gym dataset)."""
+    or `rg:<dataset>` (a reasoning-gym dataset). Only sources that are deterministic across
+    processes and bounded in time are accepted: reasoning-gym datasets are checked against
+    the measured table in `swarm.config.task_sources` (refused ones name the reason)."""
     weight: float = Field(1.0, gt=0)
     """Relative frequency in the mixture."""
+
+    @field_validator("source")
+    @classmethod
+    def _usable_source(cls, source: str) -> str:
+        check_task_source(source)
+        return source
 
 
 class TasksConfig(StrictModel):
@@ -102,4 +111,27 @@ class RewardsConfig(StrictModel):
     format_weight: float = Field(0.0, ge=0, le=1)
     """Weight of the optional format reward added to correctness."""
     timeout_s: float = Field(2.0, gt=0)
-    """Time limit for any single reward computation that may run long."""
+    """Time limit for any single reward computation that may run long (it then scores 0;
+    the computation runs in a worker process that is killed at the limit)."""
+    rescore_workers: int = Field(1, ge=1, le=64)
+    """Worker processes that regenerate and re-score peers' groups off the event loop
+    (`node.workers.RescoreWorkers`; each is a separate interpreter with reasoning-gym
+    loaded, roughly 150 MB)."""
+    rescore_timeout_s: float = Field(5.0, ge=2.0, le=600)
+    """Hard limit on re-scoring one peer's group (regenerating its task and scoring every
+    completion): past it the worker is killed and replaced and the group is refused as
+    `task_timeout`, which counts against the peer. At least 2 s: usable task sources take
+    at most about 1 s per item (measured, see `swarm.config.task_sources`), so an honest
+    peer's group is not blamed on a busy machine."""
+    max_queued_rescores: int = Field(256, ge=1, le=1 << 16)
+    """Peers' groups waiting for a re-scoring worker; beyond it a group is refused as
+    `rescore_queue_full` (counted, not the peer's fault)."""
+
+    @model_validator(mode="after")
+    def _rescore_covers_one_reward(self) -> RewardsConfig:
+        if self.rescore_timeout_s < self.timeout_s:
+            raise ValueError(
+                f"rescore_timeout_s ({self.rescore_timeout_s}) must be >= timeout_s "
+                f"({self.timeout_s}): re-scoring a group includes at least one reward"
+            )
+        return self

@@ -32,21 +32,34 @@ class SapoConfig(StrictModel):
     external_groups: int = Field(4, ge=0, le=256)
     """J: groups taken from peers each round (0 = a silo node)."""
     max_staleness: int = Field(2, ge=0, le=64)
-    """Use nothing older than this many swarm rounds."""
-    max_ahead: int = Field(8, ge=0, le=1024)
-    """Refuse messages claiming a round more than this far beyond our own."""
-    catch_up_quorum: int = Field(2, ge=1, le=64)
-    """A node far behind jumps its clock once this many distinct peers claim later rounds
-    (1 lets a single peer, possibly hostile, move the clock)."""
-    catch_up_min_rounds: int = Field(2, ge=0, le=1024)
-    """Only peers first heard at least this many of our rounds ago, and in good standing
-    (not penalized), count toward the catch-up quorum: fresh keys (sybils) do not."""
+    """Use a peer's group (or delta) for at most this many of our own rounds after it
+    arrived. Measured by this node alone: there is no swarm-wide clock."""
+    max_version_lag: int = Field(4, ge=0, le=1 << 20)
+    """...and only while its policy version is at most this many optimizer steps behind
+    the version its sender currently runs (the sender's newest envelope says). Async RL
+    systems report stability up to about 4-6 versions of lag."""
+    max_age_s: float | None = Field(None, gt=0)
+    """Optional wall-clock bound on the same: seconds since arrival (off by default)."""
     per_sender_cap: int = Field(2, ge=1)
     """At most this many external groups from one sender per round."""
     pool_max_groups: int = Field(1024, ge=1)
     """Bound on groups held in the rollout pool."""
     pool_max_bytes: int = Field(64 << 20, ge=1 << 16)
     """Bound on the pool's text bytes."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_keys(cls, data: object) -> object:
+        retired = ("max_ahead", "catch_up_quorum", "catch_up_min_rounds")
+        if isinstance(data, dict):
+            found = [key for key in retired if key in data]
+            if found:
+                raise ValueError(
+                    f"{', '.join(found)}: retired with the swarm-round clock (protocol 2 "
+                    "measures staleness locally); delete these keys, and see max_staleness "
+                    "and max_version_lag"
+                )
+        return data
 
     @model_validator(mode="after")
     def _something_to_train(self) -> SapoConfig:

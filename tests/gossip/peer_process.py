@@ -128,6 +128,7 @@ class Peer:
                 listen=args.listen,
                 bootstrap=args.bootstrap,
                 heartbeat_interval_s=args.heartbeat,
+                max_message_bytes=args.max_message_bytes,
             )
             return Libp2pTransport(config, self.identity)
         from gossip.mqtt import MqttTransport
@@ -189,7 +190,7 @@ class Peer:
                         kind=DeltaPacket.KIND,
                         swarm_id=self.args.swarm_id,
                         seq=time.time_ns() // 1000 + i,
-                        round=self.round,
+                        policy_version=self.round,
                         payload=encode_payload(packet),
                     )
                     await self.transport.publish(self.topic, envelope.encode())
@@ -268,6 +269,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--expect", type=int, default=0)
     p.add_argument("--heartbeat", type=float, default=0.5)
     p.add_argument("--raw", action="store_true", help="bypass the gossip layer")
+    p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=1 << 20,
+        help="libp2p: largest GossipSub message sent (raise it to play an oversize sender)",
+    )
     return p.parse_args(argv)
 
 

@@ -100,7 +100,7 @@ def wire_messages(draw: st.DrawFn) -> TransportMessage:
         kind=kind,
         swarm_id=SWARM,
         seq=draw(st.integers(0, 20)),
-        round=draw(st.integers(0, 3)),
+        policy_version=draw(st.integers(0, 3)),
         payload=payload,
     )
     via = draw(st.sampled_from([None, None, identity.peer_id, ATTACKERS[0].peer_id]))

@@ -15,6 +15,7 @@ import pytest
 from gossip.chunking import split
 from gossip.layer import Gossip, Received, envelope_limits
 from gossip.memory import MemoryTransport, remove_network
+from swarm import PROTOCOL_VERSION
 from swarm.codec import pack
 from swarm.config.network import ONE_MIB, GossipConfig, MemoryTransportConfig
 from swarm.envelope import Envelope, decode_envelope, seal
@@ -133,7 +134,7 @@ async def captured(spy: MemoryTransport) -> list[bytes]:
 
 
 def hostile_seal(identity: Identity, kind: str, payload: bytes, seq: int = 1, **kw: Any) -> bytes:
-    fields: dict = {"swarm_id": SWARM, "round": 0}
+    fields: dict = {"swarm_id": SWARM, "policy_version": 0}
     fields.update(kw)
     return seal(identity, kind=kind, seq=seq, payload=payload, **fields).encode()
 
@@ -144,16 +145,17 @@ def hostile_seal(identity: Identity, kind: str, payload: bytes, seq: int = 1, **
 def test_hello_and_rollouts_reach_every_other_node(swarm: Swarm) -> None:
     async def main() -> None:
         a, b, c = [await swarm.node(seed) for seed in (1, 2, 3)]
-        sent = await a.publish(PEERS, HELLO, round=4)
-        await a.publish(ROLLOUTS, BATCH, round=5)
+        sent = await a.publish(PEERS, HELLO, 4)
+        await a.publish(ROLLOUTS, BATCH, 5)
         for receiver in (b, c):
             hello = await asyncio.wait_for(receiver.receive(), 2)
             assert (hello.topic, hello.message) == (PEERS, HELLO)
             assert hello.envelope.sender == a.peer_id
-            assert hello.envelope.round == 4
+            assert hello.envelope.policy_version == 4
             assert hello.size_bytes == sent
             batch = await asyncio.wait_for(receiver.receive(), 2)
-            assert (batch.topic, batch.message, batch.envelope.round) == (ROLLOUTS, BATCH, 5)
+            assert (batch.topic, batch.message) == (ROLLOUTS, BATCH)
+            assert batch.envelope.policy_version == 5
             assert batch.envelope.seq > hello.envelope.seq
             assert receiver.counters.received == {"hello": 1, "rollouts": 1}
             assert sum(receiver.counters.dropped.values()) == 0
@@ -170,7 +172,7 @@ def test_receive_skips_refused_messages(swarm: Swarm) -> None:
         hostile = await swarm.raw("hostile")
         await hostile.publish(PEERS, b"garbage")
         await hostile.publish(PEERS, b"\x98" + b"\x00" * 7)
-        await a.publish(PEERS, HELLO, round=0)
+        await a.publish(PEERS, HELLO, 0)
         received = await asyncio.wait_for(b.receive(), 2)
         assert received.message == HELLO
         assert b.counters.dropped["malformed"] == 2
@@ -183,7 +185,7 @@ def test_own_messages_echoed_back_are_counted(swarm: Swarm) -> None:
     async def main() -> None:
         a, b = await swarm.node(1), await swarm.node(2)
         spy = await swarm.raw("spy", topics=(PEERS,))
-        await a.publish(PEERS, HELLO, round=0)
+        await a.publish(PEERS, HELLO, 0)
         (wire,) = await captured(spy)
         assert a.accept(TransportMessage(PEERS, wire)) is None
         assert a.counters.dropped == {"own": 1}
@@ -202,7 +204,7 @@ def test_8mb_delta_travels_in_chunks_and_arrives_intact(swarm: Swarm) -> None:
         spy = await swarm.raw("spy", topics=(DELTAS,))
         tensors = random.Random(0).randbytes(8 * ONE_MIB)
         packet = DeltaPacket("fam", 12, "safetensors", tensors, {"note": "8 MB"})
-        sent = await a.publish(DELTAS, packet, round=9)
+        sent = await a.publish(DELTAS, packet, 9)
         wires = await captured(spy)
         assert len(wires) == a.counters.messages_out >= 32
         assert sum(len(w) for w in wires) == sent == a.counters.bytes_out
@@ -216,14 +218,14 @@ def test_8mb_delta_travels_in_chunks_and_arrives_intact(swarm: Swarm) -> None:
             assert received.message == packet
             assert received.envelope.kind == "delta"
             assert received.envelope.sender == a.peer_id
-            assert received.envelope.round == 9
+            assert received.envelope.policy_version == 9
             assert received.topic == DELTAS
             assert received.size_bytes > 8 * ONE_MIB
             assert receiver.counters.received == {"chunk": len(wires), "delta": 1}
             assert receiver.pending_reassembly_bytes == 0
             assert sum(receiver.counters.dropped.values()) == 0
         # the next message after a chunked one still gets a larger seq
-        await a.publish(PEERS, HELLO, round=9)
+        await a.publish(PEERS, HELLO, 9)
         hello = await asyncio.wait_for(b.receive(), 2)
         assert hello.envelope.seq > max(seqs)
 
@@ -237,16 +239,16 @@ def test_publish_refuses_local_mistakes(swarm: Swarm) -> None:
         transport = MemoryTransport(MemoryTransportConfig(network=swarm.name), identity)
         a = Gossip(transport, identity, SWARM, config, swarm.clock, initial_seq=1)
         with pytest.raises(RuntimeError):
-            await a.publish(PEERS, HELLO, round=0)
+            await a.publish(PEERS, HELLO, 0)
         await a.start()
         with pytest.raises(ValueError):
-            await a.publish(PEERS, split(b"x" * 10, 5)[0], round=0)
+            await a.publish(PEERS, split(b"x" * 10, 5)[0], 0)
         with pytest.raises(ValueError):
-            await a.publish(PEERS, HELLO, round=-1)
+            await a.publish(PEERS, HELLO, -1)
         with pytest.raises(ValueError):
-            await a.publish(PEERS, HELLO, round=True)
+            await a.publish(PEERS, HELLO, True)
         with pytest.raises(ValueError, match="max_envelope_bytes"):
-            await a.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"x" * 70 * KIB), round=0)
+            await a.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"x" * 70 * KIB), 0)
         assert a.counters.messages_out == 0
 
     run(main())
@@ -271,7 +273,7 @@ def test_smallest_transport_still_chunks_correctly(swarm: Swarm) -> None:
         a = await swarm.node(1, max_bytes=1024)
         b = await swarm.node(2, max_bytes=1024)
         packet = DeltaPacket("fam", 0, "raw", bytes(range(256)) * 40)
-        await a.publish(DELTAS, packet, round=0)
+        await a.publish(DELTAS, packet, 0)
         assert a.counters.messages_out > 10
         received = await settle(b)
         assert [r.message for r in received] == [packet]
@@ -287,7 +289,7 @@ def test_replayed_envelope_is_a_duplicate(swarm: Swarm) -> None:
         a, b = await swarm.node(1), await swarm.node(2)
         spy = await swarm.raw("spy", topics=(PEERS,))
         hostile = await swarm.raw("hostile")
-        await a.publish(PEERS, HELLO, round=0)
+        await a.publish(PEERS, HELLO, 0)
         (wire,) = await captured(spy)
         assert len(await settle(b)) == 1
         await hostile.publish(PEERS, wire)
@@ -306,11 +308,11 @@ def test_reencoded_replay_is_caught_by_sender_and_seq(swarm: Swarm) -> None:
         a, b = await swarm.node(1), await swarm.node(2)
         spy = await swarm.raw("spy", topics=(PEERS,))
         hostile = await swarm.raw("hostile")
-        await a.publish(PEERS, HELLO, round=0)
+        await a.publish(PEERS, HELLO, 0)
         (wire,) = await captured(spy)
         envelope = decode_envelope(wire, envelope_limits(ONE_MIB), SWARM)
-        assert wire[1] == 1  # positive fixint version
-        reencoded = wire[:1] + b"\xcc\x01" + wire[2:]  # version as uint8
+        assert wire[1] == PROTOCOL_VERSION  # positive fixint version
+        reencoded = wire[:1] + b"\xcc" + bytes([PROTOCOL_VERSION]) + wire[2:]  # as uint8
         assert reencoded != wire
         assert decode_envelope(reencoded, envelope_limits(ONE_MIB), SWARM) == envelope
         await hostile.publish(PEERS, reencoded)  # after a's original
@@ -326,7 +328,7 @@ def test_replayed_chunks_of_a_delivered_message_are_duplicates(swarm: Swarm) -> 
         b = await swarm.node(2, max_bytes=64 * KIB)
         spy = await swarm.raw("spy", topics=(DELTAS,))
         hostile = await swarm.raw("hostile")
-        await a.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"d" * 200 * KIB), round=0)
+        await a.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"d" * 200 * KIB), 0)
         wires = await captured(spy)
         assert len(await settle(b)) == 1
         for wire in wires:
@@ -345,7 +347,7 @@ def test_wrong_swarm_refused(swarm: Swarm) -> None:
     async def main() -> None:
         other = await swarm.node(1, swarm_id="other-swarm")
         b = await swarm.node(2)
-        await other.publish(PEERS, HELLO, round=0)  # same topic name, other swarm id
+        await other.publish(PEERS, HELLO, 0)  # same topic name, other swarm id
         assert await settle(b) == []
         assert b.counters.dropped == {"wrong_swarm": 1}
 
@@ -357,7 +359,8 @@ def test_tampered_signature_refused_and_not_blamed_on_claimed_sender(swarm: Swar
         a, b = await swarm.node(1), await swarm.node(2)
         hostile = await swarm.raw("hostile")
         envelope = seal(
-            a.identity, kind="hello", swarm_id=SWARM, seq=5, round=0, payload=encode_payload(HELLO)
+            a.identity, kind="hello", swarm_id=SWARM, seq=5, policy_version=0,
+            payload=encode_payload(HELLO),
         )
         forged = dataclasses.replace(envelope, payload=encode_payload(Hello("evil", "fam", 0)))
         await hostile.publish(PEERS, forged.encode())
@@ -452,10 +455,10 @@ def test_kind_must_match_topic(swarm: Swarm) -> None:
     async def main() -> None:
         a, b = await swarm.node(1), await swarm.node(2, topics=(*ALL_TOPICS, "free/topic"))
         await a.subscribe("free/topic")
-        await a.publish(ROLLOUTS, HELLO, round=0)
-        await a.publish(DELTAS, DeltaPacket("other-family", 0, "raw", b"x"), round=0)
-        await a.publish(PEERS, HELLO, round=0)
-        await a.publish("free/topic", HELLO, round=0)  # topics outside the naming: any kind
+        await a.publish(ROLLOUTS, HELLO, 0)
+        await a.publish(DELTAS, DeltaPacket("other-family", 0, "raw", b"x"), 0)
+        await a.publish(PEERS, HELLO, 0)
+        await a.publish("free/topic", HELLO, 0)  # topics outside the naming: any kind
         received = await settle(b)
         assert [r.topic for r in received] == [PEERS, "free/topic"]
         assert b.counters.dropped == {"wrong_topic": 2}
@@ -473,15 +476,15 @@ def test_flood_is_rate_limited_per_peer(swarm: Swarm) -> None:
         honest = await swarm.node(3)
         b = await swarm.node(2, config=config)
         for _ in range(20):
-            await flooder.publish(PEERS, HELLO, round=0)
-        await honest.publish(PEERS, HELLO, round=0)
+            await flooder.publish(PEERS, HELLO, 0)
+        await honest.publish(PEERS, HELLO, 0)
         received = await settle(b)
         assert [r.envelope.sender for r in received] == [flooder.peer_id] * 5 + [honest.peer_id]
         assert b.counters.dropped == {"rate_limited": 15}
         assert b.counters.per_peer_drops[flooder.peer_id] == {"rate_limited": 15}
         swarm.clock.t += 1.5  # refills 3 tokens on the injected clock
         for _ in range(5):
-            await flooder.publish(PEERS, HELLO, round=0)
+            await flooder.publish(PEERS, HELLO, 0)
         assert len(await settle(b)) == 3
         assert b.counters.dropped == {"rate_limited": 17}
 
@@ -496,13 +499,13 @@ def test_rate_limited_message_is_not_remembered(swarm: Swarm) -> None:
         a, b = await swarm.node(1), await swarm.node(2, config=config)
         spy = await swarm.raw("spy", topics=(PEERS,))
         hostile = await swarm.raw("hostile")
-        await a.publish(PEERS, HELLO, round=0)
-        await a.publish(PEERS, HELLO, round=1)
+        await a.publish(PEERS, HELLO, 0)
+        await a.publish(PEERS, HELLO, 1)
         second = (await captured(spy))[1]
         assert len(await settle(b)) == 1
         swarm.clock.t += 1
         await hostile.publish(PEERS, second)
-        assert [r.envelope.round for r in await settle(b)] == [1]
+        assert [r.envelope.policy_version for r in await settle(b)] == [1]
 
     run(main())
 
@@ -627,7 +630,7 @@ def test_partial_chunk_set_expires(swarm: Swarm) -> None:
         b = await swarm.node(2, config=config, topics=(PEERS,))
         spy = await swarm.raw("spy", topics=(DELTAS,))
         hostile = await swarm.raw("relay")
-        await a.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"p" * 300 * KIB), round=0)
+        await a.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"p" * 300 * KIB), 0)
         wires = await captured(spy)
         await b.subscribe(DELTAS)  # b missed the broadcast; a relay forwards it
         for wire in wires[:-1]:  # the last chunk is lost
@@ -639,7 +642,7 @@ def test_partial_chunk_set_expires(swarm: Swarm) -> None:
         assert b.expire_partials() == 0
         swarm.clock.t += timeout
         # expiry happens inside receive(), before the next message is judged
-        await a.publish(PEERS, HELLO, round=0)
+        await a.publish(PEERS, HELLO, 0)
         received = await asyncio.wait_for(b.receive(), 2)
         assert received.message == HELLO
         assert b.counters.dropped == {"reassembly_expired": 1}
@@ -666,14 +669,14 @@ def test_reassembly_memory_is_bounded(swarm: Swarm) -> None:
         assert b.counters.dropped == {"reassembly_full": refused}
         # an honest node's complete message still needs room: refused while full ...
         honest = await swarm.node(5, max_bytes=64 * KIB)
-        await honest.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"h" * 200 * KIB), round=0)
+        await honest.publish(DELTAS, DeltaPacket("fam", 0, "raw", b"h" * 200 * KIB), 0)
         assert await settle(b) == []
         assert b.pending_reassembly_bytes <= ONE_MIB
         # ... and accepted once the stale partial sets expired
         swarm.clock.t += config.reassembly_timeout_s + 1
         assert b.expire_partials() >= 2
         assert b.pending_reassembly_bytes == 0
-        await honest.publish(DELTAS, DeltaPacket("fam", 1, "raw", b"h" * 200 * KIB), round=0)
+        await honest.publish(DELTAS, DeltaPacket("fam", 1, "raw", b"h" * 200 * KIB), 0)
         (received,) = await settle(b)
         assert received.envelope.sender == honest.peer_id
 
@@ -684,7 +687,7 @@ def test_snapshot_is_json(swarm: Swarm) -> None:
     async def main() -> None:
         a, b = await swarm.node(1), await swarm.node(2)
         a.penalize(b.peer_id, "bad_rollout")
-        await a.publish(PEERS, HELLO, round=0)
+        await a.publish(PEERS, HELLO, 0)
         await settle(b)
         snap = json.loads(json.dumps(b.snapshot()))
         assert snap["received"] == {"hello": 1}
@@ -723,7 +726,7 @@ def test_message_with_more_chunks_than_the_seen_cache_holds(swarm: Swarm) -> Non
         a = await swarm.node(1, max_bytes=1024)
         b = await swarm.node(2, max_bytes=1024, config=config)
         packet = DeltaPacket("fam", 0, "raw", bytes(range(256)) * 800)
-        await a.publish(DELTAS, packet, round=0)
+        await a.publish(DELTAS, packet, 0)
         assert a.counters.messages_out > 200
         received = await settle(b)
         assert [r.message for r in received] == [packet]

@@ -83,7 +83,14 @@ def test_scores_decay_so_rare_faults_of_an_honest_peer_never_add_up() -> None:
 
 def test_reasons_honest_peers_cause_never_move_a_score() -> None:
     s, _ = scores()
-    for reason in ("duplicate", "stale", "from_future", "zero_variance", "reassembly_expired"):
+    for reason in (
+        "duplicate",
+        "stale",
+        "stale_version",
+        "zero_variance",
+        "reassembly_expired",
+        "nondeterministic_task",
+    ):
         assert WEIGHTS[reason] == 0.0
         for _ in range(100):
             s.penalize("p", reason)
@@ -137,7 +144,7 @@ def test_snapshot_lists_low_scores_with_their_reasons() -> None:
 def signed_hello(identity: Identity, seq: int, *, swarm_id: str = SWARM) -> bytes:
     payload = encode_payload(Hello("tiny", "fam", 1, ()))
     return seal(
-        identity, kind="hello", swarm_id=swarm_id, seq=seq, round=0, payload=payload
+        identity, kind="hello", swarm_id=swarm_id, seq=seq, policy_version=0, payload=payload
     ).encode()
 
 

@@ -164,9 +164,9 @@ def _state(rounds: int) -> dict[str, Any]:
     version, internal, gauss = random.Random(rounds).getstate()
     return {
         "rounds_done": rounds,
-        "swarm_round": rounds + 1,
         "tasks": {"cursor": rounds * 4, "seed": 0},
         "pool": {"rng": [version, list(internal), gauss], "arrivals": 0},
+        "senders": {"q": [123, 4]},
         "peer_id": "p",
         "model_id": "stub",
         "model_family": "stub",
@@ -215,7 +215,8 @@ GARBAGE: dict[str, Any] = {
     "rounds_done_string": {**_state(9), "rounds_done": "9"},
     "rounds_done_bool": {**_state(1), "rounds_done": True},
     "wrong_round": _state(8),
-    "negative_swarm_round": {**_state(9), "swarm_round": -1},
+    "senders_negative_seq": {**_state(9), "senders": {"q": [-1, 4]}},
+    "senders_not_pairs": {**_state(9), "senders": {"q": 5}},
     "tasks_not_dict": {**_state(9), "tasks": 9},
     "tasks_cursor_float": {**_state(9), "tasks": {"cursor": 1.5, "seed": 0}},
     "pool_rng_short": {**_state(9), "pool": {"rng": [3, [1, 2], None], "arrivals": 0}},
@@ -396,7 +397,6 @@ def _assert_continues(before: dict[str, Any], after: dict[str, Any], version: in
     """`after` is the first round trained after resuming from the checkpoint taken after
     round `before` (which saved policy `version`)."""
     assert after["round"] == before["round"] + 1
-    assert after["swarm_round"] == before["swarm_round"] + 1  # a silo ticks once a round
     assert version == before["policy_version"]
     # A round steps the optimizer once, or not at all if no group carried signal.
     assert version <= after["policy_version"] <= version + 1

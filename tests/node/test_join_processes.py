@@ -90,7 +90,7 @@ def test_sigkill_then_resume_continues(tmp_path: Path) -> None:
     version_at_checkpoint = json.loads((saved / "manifest.json").read_text())["manifest"][
         "policy_version"
     ]
-    swarm_round_at_checkpoint = json.loads((saved / "node.json").read_text())["swarm_round"]
+    assert "senders" in json.loads((saved / "node.json").read_text())
     proc = _join(config, 3, log)
     assert _wait([proc], 120) == [0], log.read_text()[-3000:]
     assert f"at round {resumed_round}" in log.read_text()
@@ -98,7 +98,6 @@ def test_sigkill_then_resume_continues(tmp_path: Path) -> None:
     assert [r["round"] for r in after] == [resumed_round + 1, resumed_round + 2, resumed_round + 3]
     # A round steps the optimizer once, or not at all if no group carried signal.
     assert version_at_checkpoint <= after[0]["policy_version"] <= version_at_checkpoint + 1
-    assert after[0]["swarm_round"] > swarm_round_at_checkpoint
     assert json.loads(
         (data / "checkpoints" / f"round-{resumed_round + 3:08d}" / "manifest.json").read_text()
     )

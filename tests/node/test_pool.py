@@ -6,25 +6,34 @@ from collections import Counter
 
 from node.pool import RolloutPool
 from swarm.messages import RolloutGroup, TaskRef
+from swarm.staleness import StalenessRule
 
 
-def group(index: int, text: str = "ab") -> RolloutGroup:
-    return RolloutGroup(TaskRef("add", 0, index), "1+1=", (text, text + "x"), (1.0, 0.0), "m", 0)
+def group(index: int, text: str = "ab", version: int = 0) -> RolloutGroup:
+    return RolloutGroup(
+        TaskRef("add", 0, index), "1+1=", (text, text + "x"), (1.0, 0.0), "m", version
+    )
 
 
-def pool(**overrides: int) -> RolloutPool:
-    settings = {"max_groups": 8, "max_bytes": 1 << 20, "max_staleness": 2, "per_sender_cap": 2}
-    settings.update(overrides)
-    return RolloutPool(**settings)
+def pool(max_groups: int = 8, max_bytes: int = 1 << 20, per_sender_cap: int = 2) -> RolloutPool:
+    return RolloutPool(max_groups, max_bytes, StalenessRule(2, 4), per_sender_cap)
+
+
+def add(p: RolloutPool, sender: str, g: RolloutGroup, own_round: int = 5, now: int = 0) -> bool:
+    return p.add(sender, g, (1.0, 0.0), own_round=own_round, sender_version=0, now=now)
+
+
+def no_lag(sender: str) -> int:
+    return 0
 
 
 def test_a_flooding_sender_pushes_out_its_own_groups_first() -> None:
     p = pool(max_groups=8)
     for i in range(3):
-        assert p.add("honest-a", 5, group(i), (1.0, 0.0), 5)
-        assert p.add("honest-b", 5, group(i), (1.0, 0.0), 5)
+        assert add(p, "honest-a", group(i))
+        assert add(p, "honest-b", group(i))
     for i in range(100):
-        assert p.add("flooder", 5, group(100 + i), (1.0, 0.0), 5)
+        assert add(p, "flooder", group(100 + i))
     held = Counter(e.sender for e in p.entries)
     assert held == {"honest-a": 3, "honest-b": 3, "flooder": 2}
     assert p.evicted["capacity"] == 98
@@ -33,30 +42,40 @@ def test_a_flooding_sender_pushes_out_its_own_groups_first() -> None:
 def test_many_sybil_keys_get_one_fair_share_each() -> None:
     p = pool(max_groups=10)
     for i in range(4):
-        p.add("honest", 5, group(i), (1.0, 0.0), 5)
+        add(p, "honest", group(i))
     for i in range(200):
-        p.add(f"sybil-{i}", 5, group(i), (1.0, 0.0), 5)
+        add(p, f"sybil-{i}", group(i))
     held = Counter(e.sender for e in p.entries)
     assert len(p) == 10 and held["honest"] >= 1
     assert max(held.values()) <= 4
 
 
-def test_byte_bound_and_staleness() -> None:
+def test_byte_bound_and_staleness_in_our_own_rounds() -> None:
     p = pool(max_bytes=1 << 16)
     big = "z" * 10_000
     for i in range(5):
-        p.add(f"s{i}", 5, group(i, big), (1.0, 0.0), 5)
+        add(p, f"s{i}", group(i, big), own_round=5)
     assert p.bytes_held <= 1 << 16 and len(p) == 3
-    assert not p.add("late", 1, group(9), (1.0, 0.0), 5)  # 4 rounds old > max_staleness 2
-    assert p.evict_stale(8) == 3 and len(p) == 0 and p.bytes_held == 0
+    assert p.evict_stale(7, no_lag, 0.0) == 0  # 2 of our rounds since arrival: usable
+    assert p.evict_stale(8, no_lag, 0.0) == 3 and len(p) == 0 and p.bytes_held == 0
+
+
+def test_version_lag_is_judged_against_the_senders_current_version() -> None:
+    p = pool()
+    assert not p.add("s", group(0, version=1), (1.0, 0.0), own_round=0, sender_version=6, now=0)
+    assert p.evicted["stale_on_arrival"] == 1
+    assert add(p, "s", group(1, version=3))
+    assert p.evict_stale(5, lambda sender: 7, 0.0) == 0  # 4 behind: usable...
+    assert p.select(4, 5, lambda sender: 8, 0.0) == []  # ...5 behind: evicted as stale
+    assert len(p) == 0 and p.evicted["stale"] == 1
 
 
 def test_select_draws_without_replacement_and_caps_each_sender() -> None:
     p = pool(max_groups=64, per_sender_cap=2)
     for i in range(6):
-        p.add("a", 5, group(i), (1.0, 0.0), 5)
-        p.add("b", 5, group(10 + i), (1.0, 0.0), 5)
-    chosen = p.select(8, 5)
+        add(p, "a", group(i))
+        add(p, "b", group(10 + i))
+    chosen = p.select(8, 5, no_lag, 0.0)
     assert len(chosen) == 4 and Counter(e.sender for e in chosen) == {"a": 2, "b": 2}
     assert len(p) == 8
     assert not {id(e) for e in chosen} & {id(e) for e in p.entries}

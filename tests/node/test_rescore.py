@@ -3,6 +3,7 @@ only runs the generators of its own task mixture on peers' references."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,11 @@ def test_groups_of_tasks_outside_the_mixture_are_refused_unscored(tmp_path: Path
         )
     batch = RolloutBatch(tuple(groups))
     envelope = seal(
-        peer, kind="rollouts", swarm_id=node.config.node.swarm_id, seq=1, round=0,
+        peer, kind="rollouts", swarm_id=node.config.node.swarm_id, seq=1, policy_version=0,
         payload=encode_payload(batch),
     )
-    node.handle(Received(rollouts_topic(node.config.node.swarm_id), envelope, batch, 10))
+    received = Received(rollouts_topic(node.config.node.swarm_id), envelope, batch, 10)
+    asyncio.run(node.take(received))
     assert node.drops["foreign_task"] == 1
     assert len(node.pool) == 1 and node.pool.entries[0].group.task.source == "add"
     assert not node.peer_faults and node.gossip.scores.score(peer.peer_id) > 0  # credit

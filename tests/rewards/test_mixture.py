@@ -52,6 +52,6 @@ def test_state_dict_resumes_exactly_and_refuses_other_streams() -> None:
         b.load_state_dict({"seed": b.seed, "cursor": -1})
 
 
-def test_unknown_source_fails_at_construction() -> None:
-    with pytest.raises(KeyError):
-        TaskStream(TasksConfig(mixture=[TaskSpec(source="nope")]), node_seed=0)
+def test_unknown_source_fails_at_config_load_naming_the_fix() -> None:
+    with pytest.raises(ValueError, match="unknown task source 'nope': use a built-in source"):
+        TasksConfig(mixture=[TaskSpec(source="nope")])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-import time
+import os
+from typing import Any
 
 import pytest
 
@@ -11,14 +11,17 @@ from rewards import registry
 from rewards.registry import (
     extract_answer,
     format_reward,
+    live_reward_threads,
     register_correctness,
     reward_counters,
     score,
     score_group,
+    set_time_limit_mode,
 )
 from rewards.tasks import Task, make_task
 from swarm.config.learning import RewardsConfig
 from swarm.messages import TaskRef
+from tests.rewards import slow_source
 
 
 @pytest.mark.parametrize(
@@ -85,33 +88,57 @@ def test_unknown_correctness_name() -> None:
         score(_add_task(), "11", RewardsConfig(correctness="nope"))
 
 
-def test_slow_reward_times_out_scores_zero_and_is_counted() -> None:
-    release = threading.Event()
-
-    def hang(source: object, task: Task, answer: str) -> float:
-        release.wait(5)
-        return 1.0
-
-    name = "test-hang"
+def _register(name: str, fn: Any, slow: bool) -> None:
     if name not in registry.CORRECTNESS:
-        register_correctness(name, hang, slow=True, doc="hangs until released")
+        register_correctness(name, fn, slow=slow, doc=name)
+
+
+def test_slow_reward_is_killed_at_its_limit_scores_zero_and_is_counted() -> None:
+    """Process mode (the default): the reward runs in the sandbox, killed at the limit."""
+    _register("test-hang", slow_source.hang_reward, True)
+    _register("test-where", slow_source.where, True)
+    where = RewardsConfig(correctness="test-where")
+    # runs in the sandbox: an empty directory that is not ours
+    assert score(_add_task(), os.getcwd(), where) == 1.0
     before = reward_counters()["timeouts"]
-    started = time.perf_counter()
-    value = score(_add_task(), "11", RewardsConfig(correctness=name, timeout_s=0.05))
-    elapsed = time.perf_counter() - started
-    release.set()
-    assert value == 0.0
-    assert elapsed < 1.0
+    sandbox = registry._get_sandbox()
+    timeouts, starts = sandbox.counts["timeouts"], sandbox.counts["starts"]
+    assert score(_add_task(), "11", RewardsConfig(correctness="test-hang", timeout_s=0.2)) == 0.0
     assert reward_counters()["timeouts"] == before + 1
+    assert sandbox.counts["timeouts"] == timeouts + 1  # its worker was killed
+    assert live_reward_threads() == 0  # and no thread of ours is left running it
+    assert score(_add_task(), os.getcwd(), where) == 1.0  # the next one: a fresh worker
+    assert sandbox.counts["starts"] == starts + 1
+
+
+def test_thread_mode_counts_the_abandoned_thread_until_it_ends() -> None:
+    """Thread mode (inside worker processes): the thread is abandoned and counted."""
+    _register("test-hang", slow_source.hang_reward, True)
+    before = reward_counters()["timeouts"]
+    set_time_limit_mode("thread")
+    try:
+        value = score(_add_task(), "11", RewardsConfig(correctness="test-hang", timeout_s=0.05))
+        assert value == 0.0
+        assert reward_counters()["timeouts"] == before + 1
+        assert live_reward_threads() == 1
+    finally:
+        set_time_limit_mode("process")
+        slow_source.RELEASE.set()
+    for thread in list(registry._abandoned):
+        thread.join()
+    slow_source.RELEASE.clear()
+    assert live_reward_threads() == 0
+
+
+def test_a_slow_reward_must_be_a_module_level_function() -> None:
+    with pytest.raises(ValueError, match="module-level"):
+        register_correctness("test-closure", lambda s, t, a: 1.0, slow=True, doc="closure")
+    assert "test-closure" not in registry.CORRECTNESS
 
 
 def test_raising_reward_scores_zero_and_is_counted() -> None:
-    def boom(source: object, task: Task, answer: str) -> float:
-        raise RuntimeError("scorer bug")
-
     for name, slow in (("test-boom-slow", True), ("test-boom-fast", False)):
-        if name not in registry.CORRECTNESS:
-            register_correctness(name, boom, slow=slow, doc="raises")
+        _register(name, slow_source.raising_reward, slow)
         before = reward_counters()["errors"]
         assert score(_add_task(), "11", RewardsConfig(correctness=name)) == 0.0
         assert reward_counters()["errors"] == before + 1

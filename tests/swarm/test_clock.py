@@ -1,4 +1,4 @@
-"""Staleness rules and the swarm-round Lamport clock as pure functions."""
+"""The staleness rule (measured locally) and the wall clock."""
 
 from __future__ import annotations
 
@@ -6,62 +6,59 @@ import asyncio
 
 import pytest
 
-from swarm.clock import SwarmRound, WallClock, is_fresh, is_from_future, staleness
+from swarm.clock import WallClock
+from swarm.staleness import SenderVersions, StalenessRule, age, is_fresh, version_lag
+
+
+@pytest.mark.parametrize(("own", "arrival", "expected"), [(10, 10, 0), (10, 8, 2), (0, 0, 0)])
+def test_age_counts_our_rounds_since_arrival(own: int, arrival: int, expected: int) -> None:
+    assert age(own, arrival) == expected
 
 
 @pytest.mark.parametrize(
-    ("own", "item", "expected"), [(10, 10, 0), (10, 8, 2), (10, 12, -2), (0, 0, 0)]
+    ("own", "arrival", "max_staleness", "fresh"),
+    [(10, 10, 2, True), (10, 8, 2, True), (10, 7, 2, False), (10, 10, 0, True), (10, 9, 0, False)],
 )
-def test_staleness(own: int, item: int, expected: int) -> None:
-    assert staleness(own, item) == expected
+def test_is_fresh(own: int, arrival: int, max_staleness: int, fresh: bool) -> None:
+    assert is_fresh(own, arrival, max_staleness) is fresh
 
 
-@pytest.mark.parametrize(
-    ("own", "item", "max_staleness", "fresh"),
-    [
-        (10, 10, 2, True),
-        (10, 8, 2, True),
-        (10, 7, 2, False),
-        (10, 10, 0, True),
-        (10, 9, 0, False),
-        (10, 12, 2, True),  # ahead of us: its round has not reached us yet
-    ],
-)
-def test_is_fresh(own: int, item: int, max_staleness: int, fresh: bool) -> None:
-    assert is_fresh(own, item, max_staleness) is fresh
+def test_version_lag_may_be_negative_after_a_sender_restart() -> None:
+    assert version_lag(10, 7) == 3
+    assert version_lag(3, 7) == -4
 
 
-@pytest.mark.parametrize(
-    ("own", "item", "max_ahead", "future"),
-    [
-        (10, 18, 8, False),
-        (10, 19, 8, True),
-        (10, 10, 0, False),
-        (10, 11, 0, True),
-        (10, 0, 8, False),
-    ],
-)
-def test_is_from_future(own: int, item: int, max_ahead: int, future: bool) -> None:
-    assert is_from_future(own, item, max_ahead) is future
+def test_rule_needs_both_facts_and_the_optional_wall_clock_bound() -> None:
+    rule = StalenessRule(max_staleness=2, max_version_lag=4)
+    ok = dict(own_round=5, arrival_round=4, item_version=10, sender_version=12)
+    assert rule.usable(**ok)
+    assert not rule.usable(**{**ok, "arrival_round": 2})  # too many of our rounds ago
+    assert not rule.usable(**{**ok, "sender_version": 15})  # sender moved on 5 versions
+    assert rule.usable(**{**ok, "sender_version": 0})  # sender restarted from older weights
+    timed = StalenessRule(2, 4, max_age_s=30.0)
+    assert timed.usable(**ok, now=100.0, arrival_time=80.0)
+    assert not timed.usable(**ok, now=100.0, arrival_time=60.0)
 
 
-def test_swarm_round_ticks_and_observes() -> None:
-    clock = SwarmRound(value=0, max_ahead=8)
-    assert clock.tick() == 1
-    clock.observe(5)
-    assert clock.value == 5
-    clock.observe(3)  # never backwards
-    assert clock.value == 5
-    clock.observe(13)  # exactly max_ahead beyond: accepted
-    assert clock.value == 13
+def test_sender_versions_follow_the_newest_seq_not_the_largest_claim() -> None:
+    table = SenderVersions()
+    table.observe("a", seq=10, policy_version=50)
+    table.observe("a", seq=9, policy_version=99)  # older envelope (reordered): ignored
+    assert table.version("a") == 50
+    table.observe("a", seq=11, policy_version=3)  # restarted from an older checkpoint
+    assert table.version("a") == 3
+    assert table.highest_seq("a") == 11
+    assert table.version("unknown", default=7) == 7
 
 
-def test_swarm_round_ignores_the_future() -> None:
-    clock = SwarmRound(value=10, max_ahead=8)
-    assert not clock.admits(19)
-    clock.observe(10**9)
-    assert clock.value == 10
-    assert clock.admits(18)
+def test_sender_versions_are_bounded_and_round_trip() -> None:
+    table = SenderVersions(max_senders=3)
+    for i in range(5):
+        table.observe(f"p{i}", seq=i + 1, policy_version=i)
+    assert len(table) == 3 and "p0" not in table and "p4" in table
+    restored = SenderVersions(max_senders=3)
+    restored.load_state_dict(table.state_dict())
+    assert restored.state_dict() == table.state_dict()
 
 
 def test_wall_clock_moves_forward() -> None:
@@ -69,25 +66,3 @@ def test_wall_clock_moves_forward() -> None:
     before = clock.now()
     asyncio.run(clock.sleep(0.001))
     assert clock.now() >= before + 0.001
-
-
-def test_one_peer_cannot_move_the_clock_but_a_quorum_can() -> None:
-    from swarm.clock import SwarmRound
-
-    clock = SwarmRound(5, max_ahead=8, catch_up_quorum=2)
-    for _ in range(10):
-        assert clock.note_future("evil", 10_000) is False
-    assert clock.value == 5
-    assert clock.note_future("honest", 40) is True
-    assert clock.value == 40  # the second-highest claim: both vouch for >= 40
-    assert clock.admits(41)
-
-
-def test_stale_claims_expire_once_no_longer_in_the_future() -> None:
-    from swarm.clock import SwarmRound
-
-    clock = SwarmRound(0, max_ahead=8, catch_up_quorum=2)
-    assert clock.note_future("a", 20) is False
-    clock.value = 15  # caught up by local steps and accepted messages
-    assert clock.note_future("b", 30) is False  # "a"'s claim is no longer from the future
-    assert clock.value == 15

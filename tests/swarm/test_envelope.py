@@ -23,7 +23,7 @@ def sealed(**overrides: object) -> Envelope:
         "kind": "hello",
         "swarm_id": SWARM,
         "seq": 7,
-        "round": 3,
+        "policy_version": 3,
         "payload": encode_payload(Hello("m", "fam", 1, ("rollouts",))),
     }
     fields.update(overrides)
@@ -65,7 +65,7 @@ def test_tampered_signature_is_bad_signature() -> None:
 
 
 @pytest.mark.parametrize(
-    "change", [{"seq": 8}, {"round": 4}, {"payload": b"\x80"}, {"kind": "rollouts"}]
+    "change", [{"seq": 8}, {"policy_version": 4}, {"payload": b"\x80"}, {"kind": "rollouts"}]
 )
 def test_tampered_field_is_bad_signature(change: dict) -> None:
     envelope = dataclasses.replace(sealed(), **change)
@@ -111,19 +111,19 @@ def test_oversize_envelope() -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64, "extra"],  # 9 fields
-        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, b""],  # 7 fields
+        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64, "extra"],  # 9 fields
+        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, b""],  # 7 fields
         {"version": 1},
         [True, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # bool version
-        [1, 5, SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int kind
-        [1, "hello", 5, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int swarm
-        [1, "hello", SWARM, b"peer", 0, 0, b"", b"s" * 64],  # bytes sender
-        [1, "hello", SWARM, IDENTITY.peer_id, True, 0, b"", b"s" * 64],  # bool seq
-        [1, "hello", SWARM, IDENTITY.peer_id, -1, 0, b"", b"s" * 64],  # negative seq
-        [1, "hello", SWARM, IDENTITY.peer_id, 0, 2**63, b"", b"s" * 64],  # round too big
-        [1, "hello", SWARM, IDENTITY.peer_id, 0, 1.5, b"", b"s" * 64],  # float round
-        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, "payload", b"s" * 64],  # str payload
-        [1, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", "s" * 64],  # str signature
+        [2, 5, SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int kind
+        [2, "hello", 5, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int swarm
+        [2, "hello", SWARM, b"peer", 0, 0, b"", b"s" * 64],  # bytes sender
+        [2, "hello", SWARM, IDENTITY.peer_id, True, 0, b"", b"s" * 64],  # bool seq
+        [2, "hello", SWARM, IDENTITY.peer_id, -1, 0, b"", b"s" * 64],  # negative seq
+        [2, "hello", SWARM, IDENTITY.peer_id, 0, 2**63, b"", b"s" * 64],  # policy version too big
+        [2, "hello", SWARM, IDENTITY.peer_id, 0, 1.5, b"", b"s" * 64],  # float policy version
+        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, "payload", b"s" * 64],  # str payload
+        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", "s" * 64],  # str signature
     ],
 )
 def test_malformed_structure(fields: object) -> None:

@@ -47,7 +47,10 @@ EXAMPLES: list[Payload] = [
     Chunk(hashlib.sha256(b"x").digest(), 1, 3, 99, hashlib.sha256(b"abc").digest(), b"abc"),
 ]
 ENVELOPES = [
-    seal(IDENTITY, kind=m.KIND, swarm_id=SWARM, seq=i + 1, round=5, payload=encode_payload(m))
+    seal(
+        IDENTITY, kind=m.KIND, swarm_id=SWARM, seq=i + 1, policy_version=5,
+        payload=encode_payload(m),
+    )
     for i, m in enumerate(EXAMPLES)
 ]
 
@@ -196,6 +199,8 @@ def test_resigned_envelopes_with_hostile_payload_only_wire_errors(
     payload = (
         pack(data.draw(values)) if data.draw(st.booleans()) else data.draw(st.binary(max_size=256))
     )
-    hostile = seal(IDENTITY, kind=envelope.kind, swarm_id=SWARM, seq=9, round=1, payload=payload)
+    hostile = seal(
+        IDENTITY, kind=envelope.kind, swarm_id=SWARM, seq=9, policy_version=1, payload=payload
+    )
     decoded = decode_envelope(hostile.encode(), LIMITS, SWARM)
     only_wire_errors(decode_payload, decoded.kind, decoded.payload, LIMITS)

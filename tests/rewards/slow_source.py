@@ -1,0 +1,58 @@
+"""Test-only task sources and rewards that never return, crash or report where they run.
+
+Registered on import, so a worker process that imports this module (`preload=` of
+`node.workers.RescoreWorkers`, `rewards.sandbox.Sandbox`) knows them too; everything is
+module-level so that it pickles by reference.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+from rewards.tasks import BUILTIN_SOURCES, BuiltinSource, Task, TaskSource
+
+MODULE = __name__
+HANG = "test-hang"
+"""A source whose generator loops forever (pure Python, holding the GIL between ticks)."""
+CRASH = "test-crash"
+"""A source whose generator kills its process (as a segfault or the OOM killer would)."""
+RAISE = "test-raise"
+"""A source whose generator raises."""
+
+RELEASE = threading.Event()
+"""Ends `hang_reward` in this process (never set in a worker, which is killed instead)."""
+
+
+def _forever(rng: random.Random) -> tuple[str, str]:
+    while True:
+        time.sleep(0.01)
+
+
+def _crash(rng: random.Random) -> tuple[str, str]:
+    os._exit(3)
+
+
+def _raise(rng: random.Random) -> tuple[str, str]:
+    raise RuntimeError("a dataset bug")
+
+
+for _name, _generate in ((HANG, _forever), (CRASH, _crash), (RAISE, _raise)):
+    BUILTIN_SOURCES.setdefault(_name, BuiltinSource(_name, _generate, r".*"))
+
+
+def hang_reward(source: TaskSource, task: Task, answer: str) -> float:
+    """A correctness reward that waits until `RELEASE` is set (forever in a worker)."""
+    RELEASE.wait()
+    return 1.0
+
+
+def raising_reward(source: TaskSource, task: Task, answer: str) -> float:
+    raise RuntimeError("scorer bug")
+
+
+def where(source: TaskSource, task: Task, answer: str) -> float:
+    """1.0 if this runs in an empty working directory other than the test's own."""
+    return 1.0 if os.listdir(".") == [] and os.getcwd() != answer else 0.0

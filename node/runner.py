@@ -132,7 +132,7 @@ class Node:
         self.timer = timer
         self.data_dir = Path(config.node.data_dir)
         sapo = config.sapo
-        self.rescorer: Rescorer = rescorer or InlineRescorer(config.rewards)
+        self.rescorer: Rescorer = rescorer or InlineRescorer(config.rewards, timer)
         self.on_event = on_event
         """Called with ("first_peer", {...}) and ("first_external_group", {...}) once each."""
         self.staleness = StalenessRule(sapo.max_staleness, sapo.max_version_lag, sapo.max_age_s)

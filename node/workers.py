@@ -37,7 +37,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -99,15 +99,19 @@ class _Tally:
 class InlineRescorer:
     """`rescore_group` on the event loop (simnet, unit tests): see the module docstring."""
 
-    def __init__(self, rewards_config: RewardsConfig) -> None:
+    def __init__(
+        self, rewards_config: RewardsConfig, timer: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.config = rewards_config
+        self.timer = timer
+        """Times jobs for `stats()` (simnet passes its virtual clock: deterministic)."""
         self._tally = _Tally()
 
     async def start(self) -> None:
         return None
 
     async def rescore(self, group: RolloutGroup) -> Rescored:
-        start = time.perf_counter()
+        start = self.timer()
         try:
             return rescore_group(group, self.config)
         except Refused as refused:
@@ -115,7 +119,7 @@ class InlineRescorer:
             raise
         finally:
             self._tally.counts["jobs"] += 1
-            self._tally.times.append(time.perf_counter() - start)
+            self._tally.times.append(self.timer() - start)
 
     def stats(self) -> dict[str, Any]:
         return {"workers": 0, **self._tally.as_dict()}

@@ -1,8 +1,7 @@
 """Hostile peers on the wire: simnet attackers, each misbehaving in one documented way.
 
-An attacker is a simulated peer with a network slot, a key (or many, for `sybil`) and a
-view of the swarm round (it reads the rounds of the messages it is delivered, as a real
-attacker would), but no learner: every `every_s` virtual seconds it sends what its
+An attacker is a simulated peer with a network slot, a key (or many, for `sybil`) and
+the messages it is delivered (as a real attacker would see them), but no learner: every `every_s` virtual seconds it sends what its
 behaviour says, straight into the link model (so it can also send what an honest
 transport would refuse to carry, such as oversized messages).
 
@@ -15,8 +14,9 @@ Behaviours (`ATTACK_BEHAVIORS`):
   whose prompt is another task's (a faked question/answer pair).
 - `forged_rewards`: groups of the right prompt with mostly wrong completions, all
   claiming the top reward.
-- `sybil`: `sybil_keys` identities of one attacker; each claims rounds far in the future
-  (to push honest clocks, which would make honest work stale) and sends forged groups.
+- `sybil`: `sybil_keys` identities of one attacker; each claims an absurd policy version
+  (2**62: the old clock-ratchet attack, which made honest work look stale) and sends
+  forged groups.
 - `silent_mid_chunk`: starts large validly signed chunked messages and goes silent
   halfway, leaving partial sets in receivers' reassembly buffers.
 

@@ -119,7 +119,7 @@ class Simulation:
         learners = [sn for sn in self.nodes if not sn.plan.group.is_attacker]
         self._active = len(learners)
         self._rounds_done = 0
-        self._rounds_total = len(learners) * scenario.rounds
+        self._rounds_total = sum(self._rounds_for(sn) for sn in learners)
         self._pending: list[Callable[[], None]] = []
 
     # ---- building --------------------------------------------------------------------
@@ -253,6 +253,10 @@ class Simulation:
             phase = self.rng.uniform(0, self.scenario.announce_every_s)
             sn.tasks.append(self.scheduler.spawn(self._announce(sn, phase), f"{plan.name}/hello"))
 
+    def _late_join(self, sn: SimNode, delay: float) -> None:
+        self._event("joined", sn)
+        self._join(sn, resume=False, delay=delay)
+
     def _drop_off(self, sn: SimNode) -> None:
         """Off the network now: nothing more reaches it or leaves it."""
         self.link.set_online(sn.plan.index, False)
@@ -275,7 +279,7 @@ class Simulation:
         assert node is not None
         if delay > 0:
             await self.clock.sleep(delay)
-        while node.rounds_done < self.scenario.rounds and not sn.leaving:
+        while node.rounds_done < self._rounds_for(sn) and not sn.leaving:
             await node.run_round()
         if sn.leaving or self.scenario.checkpoint_every:
             await node.checkpoint()
@@ -290,6 +294,10 @@ class Simulation:
             return
         sn.finished = True
         self._node_done()
+
+    def _rounds_for(self, sn: SimNode) -> int:
+        group_rounds = sn.plan.group.rounds
+        return self.scenario.rounds if group_rounds is None else group_rounds
 
     def _node_done(self) -> None:
         self._active -= 1
@@ -467,7 +475,11 @@ class Simulation:
         def start() -> None:
             for sn in self.nodes:
                 delay = self.rng.uniform(0, spread) if spread else 0.0
-                self._join(sn, resume=False, delay=delay)
+                join_s = sn.plan.group.join_s
+                if join_s > 0:
+                    self.scheduler.at(join_s, self._late_join, sn, delay)
+                else:
+                    self._join(sn, resume=False, delay=delay)
             self._schedule_faults()
             for schedule in self._pending:
                 schedule()
@@ -548,6 +560,8 @@ class Simulation:
             "cumulative_reward": sum(valued),
             "final_reward": statistics.fmean(tail_values) if tail_values else None,
             "external_used": sum(sn.external.values()),
+            "first_external_round": min((r for r, n in sn.external.items() if n), default=None),
+            "join_s": plan.group.join_s,
             "external_per_round": sum(sn.external.values()) / max(len(sn.external), 1),
             "policy_version": node.learner.policy_version if node is not None else 0,
             "behavior": plan.group.behavior,

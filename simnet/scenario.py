@@ -269,6 +269,11 @@ class NodeGroupSpec(StrictModel):
     `silent_mid_chunk`; their `model` is ignored."""
     hostile: HostileSpec = HostileSpec()
     """How hard an attacker group attacks (attack behaviours only)."""
+    join_s: float = Field(0.0, ge=0)
+    """Virtual time at which these nodes come online (a late join: before it, they exist
+    for nobody; then they start as a fresh node would, plus the start spread)."""
+    rounds: int | None = Field(None, ge=1, le=1_000_000)
+    """Rounds these nodes train (None: the scenario's `rounds`)."""
 
     @model_validator(mode="after")
     def _behavior_fits_model(self) -> NodeGroupSpec:

@@ -81,7 +81,8 @@ def test_status_summarizes_metrics(tmp_path: Path) -> None:
     records = [
         {
             "round": i,
-            "swarm_round": i,
+            "peers": 1,
+            "first_external_round": 1,
             "policy_version": i,
             "mean_local_reward": 0.1 * i,
             "external_groups": 2,
@@ -98,6 +99,7 @@ def test_status_summarizes_metrics(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "bad_signature: 1" in result.output
     assert "0.450" in result.output  # mean of the last two rounds' rewards
+    assert "first round with external groups" in result.output
     empty = runner.invoke(app, ["status", str(tmp_path / "none")])
     assert empty.exit_code == 2
 
@@ -119,7 +121,6 @@ def test_status_shows_peer_scores_and_reasons(tmp_path: Path) -> None:
     scores.penalize("12D3KooWsloppy", "unknown_task")
     record = {
         "round": 1,
-        "swarm_round": 1,
         "policy_version": 1,
         "mean_local_reward": 0.5,
         "external_groups": 0,

@@ -20,7 +20,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "flood": ("rate_limited", "ignored_peer"),
     "mismatched_prompt": ("prompt_mismatch", "ignored_peer"),
     "forged_rewards": ("forged_rewards", "ignored_peer"),
-    "sybil": ("from_future", "forged_rewards", "ignored_peer"),
+    "sybil": ("forged_rewards", "ignored_peer"),
     "silent_mid_chunk": ("reassembly_expired",),
 }
 ATTRIBUTABLE = {"wrong_swarm", "flood", "mismatched_prompt", "forged_rewards", "sybil"}
@@ -68,9 +68,9 @@ def test_each_attack_is_refused_for_its_reason(behavior: str, tmp_path: Path) ->
             assert drops.get(reason, 0) >= 1, (behavior, reason, drops)
         if behavior in ATTRIBUTABLE:
             assert node["peer_scores_last_incarnation"]["ignores_started"] >= 1
-        # Swarm rounds run ~2x local ones; a sybil push would add 50+ (claims at +58).
-        assert node["swarm_round"] < 2 * 16 + 10
-        assert node["external_used"] > 0  # honest sharing goes on
+        # Absurd version claims (sybil: 2**62) can only age the claimant's own groups.
+        assert drops.get("stale_version", 0) == 0
+        assert node["external_per_round"] >= 1.5  # honest sharing goes on (2 per round)
 
 
 def test_a_forger_is_ignored_then_forgiven_then_ignored_longer(tmp_path: Path) -> None:

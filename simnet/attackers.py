@@ -1,9 +1,10 @@
 """Hostile peers on the wire: simnet attackers, each misbehaving in one documented way.
 
 An attacker is a simulated peer with a network slot, a key (or many, for `sybil`) and
-the messages it is delivered (as a real attacker would see them), but no learner: every `every_s` virtual seconds it sends what its
-behaviour says, straight into the link model (so it can also send what an honest
-transport would refuse to carry, such as oversized messages).
+the messages it is delivered (as a real attacker would see them), but no learner: every
+`every_s` virtual seconds it sends what its behaviour says, straight into the link
+model (so it can also send what an honest transport would refuse to carry, such as
+oversized messages).
 
 Behaviours (`ATTACK_BEHAVIORS`):
 - `garbage`: random bytes, msgpack-shaped junk and messages over the transport limit.

@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import random
 import threading
@@ -97,6 +98,7 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pa
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.peer.peerstore import PeerStoreError
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -141,6 +143,19 @@ _MAX_DIAL_FAILURES = 8
 (about a minute of trying with the backoff above)."""
 _MAX_CONCURRENT_DIALS = 8
 _MAINTENANCE_PERIOD_S = 0.25
+_CLOSE_TIMEOUT_S = 5.0
+
+
+def _known_addrs(host: IHost, peer_id: ID) -> list[multiaddr.Multiaddr]:
+    """The peerstore's addresses of `peer_id`, none if it has none.
+
+    The library raises `PeerStoreError` for a peer it holds no entry for (one that left
+    before identify recorded its addresses) or whose entry expired.
+    """
+    try:
+        return list(host.get_peerstore().addrs(peer_id))
+    except PeerStoreError:
+        return []
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -458,6 +473,11 @@ class Libp2pTransport:
                     await self._stop_event.wait()
                     self._closing = True
                     nursery.cancel_scope.cancel()
+                # Close every connection (peers see us leave at once), bounded in time;
+                # leaving `host.run` alone leaves the sockets open while this process
+                # lives, so peers kept us connected and queued messages for us.
+                with trio.move_on_after(_CLOSE_TIMEOUT_S):
+                    await host.get_network().close()
 
     def _full_addrs(self, host: IHost) -> list[str]:
         suffix = f"/p2p/{self.peer_id}"
@@ -538,7 +558,7 @@ class Libp2pTransport:
                 if target.bootstrap is not None:
                     info = target.bootstrap
                 else:
-                    info = PeerInfo(target.peer_id, host.get_peerstore().addrs(target.peer_id))
+                    info = PeerInfo(target.peer_id, _known_addrs(host, target.peer_id))
                 cause = await self._dial(host, info) if info.addrs else "no known address"
         finally:
             target.dialing = False
@@ -564,7 +584,8 @@ class Libp2pTransport:
             )
             self.peers_given_up += 1
             targets.pop(target.peer_id, None)
-            host.get_peerstore().clear_addrs(target.peer_id)
+            with contextlib.suppress(PeerStoreError):  # raised for an expired entry
+                host.get_peerstore().clear_addrs(target.peer_id)
 
     async def _dial(self, host: IHost, info: PeerInfo) -> str | None:
         """Dial `info` once (one attempt per address); None on success, else the cause."""

@@ -89,10 +89,15 @@ JOIN_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 """Several nodes share a small machine: one torch thread each."""
 
 
-def spawn_join(config: Path, rounds: int, *, stdout: Any, stderr: Any) -> subprocess.Popen:
-    """Start `swarm join --json` for `config` as its own OS process (one torch thread)."""
+def spawn_join(
+    config: Path, rounds: int, *, stdout: Any, stderr: Any, wait_peers: int = 0
+) -> subprocess.Popen:
+    """Start `swarm join --json` for `config` as its own OS process (one torch thread);
+    with `wait_peers`, its first round waits (up to 120 s) for that many peers."""
     command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
     command += ["--rounds", str(rounds), "--json"]
+    if wait_peers:
+        command += ["--wait-peers", str(wait_peers), "--wait-timeout", "120"]
     return subprocess.Popen(
         command, stdout=stdout, stderr=stderr, text=True, env={**os.environ, **JOIN_ENV}
     )
@@ -117,7 +122,10 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
     for index, config in enumerate(configs):
         name = f"node-{index}"
         log = (out / f"{name}.log").open("w")
-        procs[name] = spawn_join(config, rounds, stdout=subprocess.PIPE, stderr=log)
+        # Started together, each waits for the others: nobody trains its first rounds alone.
+        procs[name] = spawn_join(
+            config, rounds, stdout=subprocess.PIPE, stderr=log, wait_peers=nodes - 1
+        )
         threading.Thread(target=_pump, args=(name, procs[name].stdout, lines), daemon=True).start()
         time.sleep(0.5)  # let each listener come up before the next one dials it
     open_streams = len(procs)

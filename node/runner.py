@@ -58,6 +58,9 @@ log = logging.getLogger("swarm.node")
 
 Offload = Callable[..., Awaitable[Any]]
 ANNOUNCE_EVERY_S = 5.0
+GREET_MIN_INTERVAL_S = 1.0
+"""A hello from a new peer is answered with ours at once, at most this often (so two
+nodes find each other in one round trip, and fresh keys cannot make us chatty)."""
 MAX_PEERS_TRACKED = 4096
 NOT_THE_PEERS_FAULT = frozenset(
     {
@@ -160,6 +163,7 @@ class Node:
         self.first_external_round: int | None = None
         """The first round that trained on a peer's group."""
         self._admissions: asyncio.Queue[Admission] | None = None
+        self._new_peer = asyncio.Event()
         self.stop_requested = asyncio.Event()
         self._rollouts_topic = rollouts_topic(config.node.swarm_id)
         self._peers_topic = peers_topic(config.node.swarm_id)
@@ -340,6 +344,8 @@ class Node:
 
     def _note_hello(self, sender: str, hello: Hello) -> None:
         now = self.clock.now()
+        if sender not in self.peers:
+            self._new_peer.set()
         if sender not in self.peers and self.first_peer_at is None:
             self.first_peer_at = now
             waited = now - self.started_at if self.started_at is not None else 0.0
@@ -419,8 +425,13 @@ class Node:
                 self.learner.policy_version,
                 self.capabilities,
             )
+            self._new_peer.clear()
             await self.gossip.publish(self._peers_topic, hello, self.learner.policy_version)
-            await self.clock.sleep(ANNOUNCE_EVERY_S)
+            await self.clock.sleep(GREET_MIN_INTERVAL_S)
+            # The next hello: periodic, or sooner when a new peer said hello meanwhile.
+            greeted = asyncio.ensure_future(self._new_peer.wait())
+            await asyncio.wait({greeted}, timeout=ANNOUNCE_EVERY_S - GREET_MIN_INTERVAL_S)
+            greeted.cancel()
 
     # ---- the round loop --------------------------------------------------------------
 
@@ -481,6 +492,9 @@ class Node:
                 if sapo.external_groups
                 else []
             )
+            # At selection: the round's training lets senders move on meanwhile.
+            chosen_ages = self.pool.ages_of(chosen, own_round)
+            chosen_lags = self.pool.lags_of(chosen, self._sender_version)
             external = [
                 ExternalGroup(
                     e.sender, e.group.prompt, e.group.completions, e.rewards, e.group.finished
@@ -546,8 +560,8 @@ class Node:
             "mean_external_reward": statistics.fmean(external_rewards)
             if external_rewards
             else None,
-            "age": histogram(self.pool.ages_of(chosen, own_round)),
-            "version_lag": histogram(self.pool.lags_of(chosen, self._sender_version)),
+            "age": histogram(chosen_ages),
+            "version_lag": histogram(chosen_lags),
             "pool_groups": len(self.pool),
             "peers": len(self.peers),
             "first_external_round": self.first_external_round,

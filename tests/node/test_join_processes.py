@@ -17,8 +17,10 @@ from node.metrics import read_metrics
 pytestmark = pytest.mark.slow
 
 
-def _join(config: Path, rounds: int, log: Path) -> subprocess.Popen:
-    return spawn_join(config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"))
+def _join(config: Path, rounds: int, log: Path, wait_peers: int = 0) -> subprocess.Popen:
+    return spawn_join(
+        config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=wait_peers
+    )
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float) -> list[int]:
@@ -39,7 +41,9 @@ def test_three_join_processes_share_rollouts(tmp_path: Path) -> None:
     configs = write_configs(3, rounds, tmp_path)
     procs = []
     for index, config in enumerate(configs):
-        procs.append(_join(config, rounds, tmp_path / f"node-{index}.log"))
+        # Each waits for both others before its first round (a loaded machine can start
+        # a node after its bootstrap peer has finished all its rounds otherwise).
+        procs.append(_join(config, rounds, tmp_path / f"node-{index}.log", wait_peers=2))
         time.sleep(0.3)
     codes = _wait(procs, 240)
     logs = {i: (tmp_path / f"node-{i}.log").read_text()[-3000:] for i in range(3)}

@@ -51,3 +51,41 @@ def test_join_s_and_group_rounds_are_validated() -> None:
         scenario(nodes=[{"name": "n", "model": "stub", "join_s": -1}])
     with pytest.raises(ValueError, match="rounds"):
         scenario(nodes=[{"name": "n", "model": "stub", "rounds": 0}])
+
+
+def test_a_node_100x_slower_and_its_fast_peers_use_each_others_groups(tmp_path: Path) -> None:
+    slow_compute = {"sample_s_per_group": 100.0, "train_s_per_group": 50.0, "jitter": 0.2}
+    run = scenario(
+        rounds=5,
+        nodes=[
+            {
+                "name": "fast",
+                "count": 2,
+                "model": "stub",
+                # Slow learning keeps reward variance (usable groups) for 640 rounds.
+                "stub": {"skill": 0.3, "rate": 0.0005},
+                "rounds": 640,  # outlasts the slow node's 5 rounds
+            },
+            {"name": "slow", "model": "stub", "compute": {**slow_compute, "round_overhead_s": 100}},
+        ],
+    )
+    summary = Simulation(run, None, 0, tmp_path).run()
+    nodes = {n["name"]: n for n in summary["nodes"]}
+    slow_lines = records(tmp_path, "slow")
+    fast_lines = records(tmp_path, "fast-0")
+    assert len(slow_lines) == 5
+    # About 100 fast rounds per slow one (5 s against ~500 s of virtual time).
+    assert 60 <= len([r for r in fast_lines if r["time"] <= slow_lines[0]["time"]]) <= 140
+    # Every slow round trains on fast groups, chosen at most max_version_lag (4) versions
+    # behind their sender although ~100 fast versions pass per slow round.
+    assert all(r["external_groups"] > 0 for r in slow_lines), slow_lines
+    lags = [int(lag) for r in slow_lines for lag in r["version_lag"]]
+    assert lags and max(lags) <= 4, lags
+    for name in ("fast-0", "fast-1"):
+        used = [
+            r
+            for r in records(tmp_path, name)
+            if nodes["slow"]["peer_id"] in r["external_by_sender"]
+        ]
+        # every slow round's groups are used by each fast node
+        assert len(used) >= 4, (name, len(used))

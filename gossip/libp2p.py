@@ -52,6 +52,8 @@ Invariants:
 - A node's own publishes are not delivered back to it.
 - `start` raises if the listen address cannot be bound (the library only logs it).
   After `stop` (or a crash of the trio thread), `receive` raises `ConnectionError`.
+  `stop` closes every connection (within `_CLOSE_TIMEOUT_S`): peers see us leave at
+  once, even while this process lives on.
 - Re-dials are ours alone and bounded (the library's auto-connector, which re-dials
   every peer it ever saw forever with an ERROR line per attempt, is off). Bootstrap
   peers are re-dialed while not connected, with exponential backoff capped at

@@ -55,16 +55,9 @@ Invariants:
   `stop` closes every connection (within `_CLOSE_TIMEOUT_S`): peers see us leave at
   once, even while this process lives on.
 - Re-dials are ours alone and bounded (the library's auto-connector, which re-dials
-  every peer it ever saw forever with an ERROR line per attempt, is off). Bootstrap
-  peers are re-dialed while not connected, with exponential backoff capped at
-  `_BOOTSTRAP_BACKOFF_MAX_S` (5 min), forever; a peer we were connected to (or found by
-  mDNS when `config.mdns`) is re-dialed with backoff capped at `_BACKOFF_MAX_S` and
-  given up after `_MAX_DIAL_FAILURES` consecutive failures (its addresses leave the
-  peerstore; it is tracked again once it connects). At most `_MAX_CONCURRENT_DIALS`
-  dials run at once. The log gets one line when a bootstrap peer becomes unreachable,
-  one when it is back, and one per peer given up; never one per attempt. Counted in
-  `stats()`: `dials_failed`, `peers_given_up`. A failed dial never crashes the
-  transport.
+  every peer it ever saw forever with an ERROR line per attempt, is off): see
+  `gossip.libp2p_dialer` for the policy. Counted in `stats()`: `dials_failed`,
+  `peers_given_up`. A failed dial never crashes the transport.
 
 Memory bound. What peers can make this transport hold is at most
   inbox:          max(max_queued_bytes, one message) + 512 B x queued messages
@@ -84,9 +77,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
-import random
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -99,8 +90,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
-from libp2p.peer.peerstore import PeerStoreError
+from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -108,6 +98,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.address_validation import get_available_interfaces
 
 from gossip.inbox import Inbox
+from gossip.libp2p_dialer import Redialer
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
     Refusals,
@@ -134,30 +125,7 @@ _MIN_OUTBOUND_BYTES = 64 * (1 << 20)
 _SPAM_LIMIT_PER_S = 100_000.0
 """GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
 bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
-_DIAL_TIMEOUT_S = 10.0
-_BACKOFF_INITIAL_S = 0.5
-_BACKOFF_MAX_S = 30.0
-"""Longest wait between dials of a peer that is not a bootstrap peer."""
-_BOOTSTRAP_BACKOFF_MAX_S = 300.0
-"""Longest wait between dials of an unreachable bootstrap peer (retried forever)."""
-_MAX_DIAL_FAILURES = 8
-"""Consecutive failed dials after which a peer that is not a bootstrap peer is given up
-(about a minute of trying with the backoff above)."""
-_MAX_CONCURRENT_DIALS = 8
-_MAINTENANCE_PERIOD_S = 0.25
 _CLOSE_TIMEOUT_S = 5.0
-
-
-def _known_addrs(host: IHost, peer_id: ID) -> list[multiaddr.Multiaddr]:
-    """The peerstore's addresses of `peer_id`, none if it has none.
-
-    The library raises `PeerStoreError` for a peer it holds no entry for (one that left
-    before identify recorded its addresses) or whose entry expired.
-    """
-    try:
-        return list(host.get_peerstore().addrs(peer_id))
-    except PeerStoreError:
-        return []
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -165,33 +133,6 @@ def _unwrap(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-class _DialTarget:
-    """One peer to keep connected: its backoff (exponential, with jitter) and failures.
-
-    Invariant: at most one dial of a target runs at a time (`dialing`).
-    """
-
-    def __init__(self, peer_id: ID, *, bootstrap: PeerInfo | None) -> None:
-        self.peer_id = peer_id
-        self.bootstrap = bootstrap
-        """The configured address for a bootstrap peer (never given up), else None."""
-        self.max_delay = _BOOTSTRAP_BACKOFF_MAX_S if bootstrap is not None else _BACKOFF_MAX_S
-        self.delay = _BACKOFF_INITIAL_S
-        self.next_at = 0.0
-        self.failures = 0
-        self.dialing = False
-
-    def failed(self, now: float) -> None:
-        self.failures += 1
-        self.next_at = now + self.delay * random.uniform(0.8, 1.2)
-        self.delay = min(self.delay * 2.0, self.max_delay)
-
-    def reset(self) -> None:
-        self.delay = _BACKOFF_INITIAL_S
-        self.next_at = 0.0
-        self.failures = 0
 
 
 T = TypeVar("T")
@@ -215,7 +156,6 @@ class Libp2pTransport:
         self._receive_queue_size = receive_queue_size
         self._max_rpc_bytes = config.max_message_bytes
         self._max_outbound_bytes = max(_MIN_OUTBOUND_BYTES, 8 * config.max_message_bytes)
-        self._bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: Inbox[TransportMessage] | None = None
@@ -231,8 +171,8 @@ class Libp2pTransport:
         self._failure: BaseException | None = None
         self.refusals = Refusals()
         self.published = 0
-        self.dials_failed = 0
-        self.peers_given_up = 0
+        bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
+        self._redialer = Redialer(bootstrap, mdns=config.mdns)
 
     # ---- Transport protocol -------------------------------------------------------
 
@@ -373,8 +313,8 @@ class Libp2pTransport:
             "outbound_refused": refused,
             "outbound_queued_bytes": outbound_bytes,
             "message_cache_bytes": gossipsub.mcache_bytes if gossipsub is not None else 0,
-            "dials_failed": self.dials_failed,
-            "peers_given_up": self.peers_given_up,
+            "dials_failed": self._redialer.dials_failed,
+            "peers_given_up": self._redialer.peers_given_up,
         }
 
     # ---- asyncio <-> trio bridge ----------------------------------------------------
@@ -470,7 +410,7 @@ class Libp2pTransport:
                     # py-libp2p only logs a failed listen (e.g. port in use) and runs on.
                     raise OSError(f"could not listen on {self.config.listen} (port in use?)")
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._maintain_peers, host)
+                    nursery.start_soon(self._redialer.run, host)
                     started.set_result(None)
                     await self._stop_event.wait()
                     self._closing = True
@@ -517,92 +457,3 @@ class Libp2pTransport:
                 f"outbound queue full; a message of {len(data)} bytes on {topic} not sent "
                 "to this peer (the others got it)",
             )
-
-    async def _maintain_peers(self, host: IHost) -> None:
-        """Keep bootstrap peers, peers we were connected to and (with `config.mdns`)
-        discovered peers connected, under the re-dial policy of the module docstring."""
-        targets: dict[ID, _DialTarget] = {
-            info.peer_id: _DialTarget(info.peer_id, bootstrap=info) for info in self._bootstrap
-        }
-        me = host.get_id()
-        limiter = trio.CapacityLimiter(_MAX_CONCURRENT_DIALS)
-        async with trio.open_nursery() as nursery:
-            while True:
-                connected = host.get_network().connections
-                for pid in tuple(connected):
-                    if pid != me and pid not in targets:
-                        targets[pid] = _DialTarget(pid, bootstrap=None)
-                if self.config.mdns:
-                    for pid in host.get_peerstore().peers_with_addrs():
-                        if pid != me and pid not in targets:
-                            targets[pid] = _DialTarget(pid, bootstrap=None)
-                now = trio.current_time()
-                for target in tuple(targets.values()):
-                    if target.peer_id in connected:
-                        if target.failures and target.bootstrap is not None:
-                            log.info("bootstrap peer %s is connected again", target.peer_id)
-                        target.reset()
-                    elif not target.dialing and now >= target.next_at:
-                        target.dialing = True
-                        nursery.start_soon(self._dial_target, host, target, targets, limiter)
-                await trio.sleep(_MAINTENANCE_PERIOD_S)
-
-    async def _dial_target(
-        self,
-        host: IHost,
-        target: _DialTarget,
-        targets: dict[ID, _DialTarget],
-        limiter: trio.CapacityLimiter,
-    ) -> None:
-        """One dial of `target`; on failure back off, warn once (bootstrap) or give up."""
-        try:
-            async with limiter:
-                if target.bootstrap is not None:
-                    info = target.bootstrap
-                else:
-                    info = PeerInfo(target.peer_id, _known_addrs(host, target.peer_id))
-                cause = await self._dial(host, info) if info.addrs else "no known address"
-        finally:
-            target.dialing = False
-        if cause is None:
-            target.reset()
-            return
-        self.dials_failed += 1
-        target.failed(trio.current_time())
-        if target.bootstrap is not None:
-            if target.failures == 1:
-                log.warning(
-                    "bootstrap peer %s unreachable (%s); retrying with backoff up to %.0f s",
-                    target.peer_id,
-                    cause,
-                    target.max_delay,
-                )
-        elif target.failures >= _MAX_DIAL_FAILURES or not info.addrs:
-            log.info(
-                "giving up on peer %s after %d failed dials (last: %s)",
-                target.peer_id,
-                target.failures,
-                cause,
-            )
-            self.peers_given_up += 1
-            targets.pop(target.peer_id, None)
-            with contextlib.suppress(PeerStoreError):  # raised for an expired entry
-                host.get_peerstore().clear_addrs(target.peer_id)
-
-    async def _dial(self, host: IHost, info: PeerInfo) -> str | None:
-        """Dial `info` once (one attempt per address); None on success, else the cause."""
-        # Our own backoff replaces the swarm's 60 s negative dial cache, which would
-        # otherwise refuse to redial a bootstrap peer that was down at our start.
-        negative = getattr(host.get_network(), "_negative_peer_cache", None)
-        if negative is not None:
-            negative.evict(str(info.peer_id))
-        try:
-            with trio.fail_after(_DIAL_TIMEOUT_S):
-                await host.connect(info)
-        except trio.TooSlowError:
-            return f"no answer within {_DIAL_TIMEOUT_S:.0f} s"
-        except Exception as exc:  # noqa: BLE001 - what the library raises for a dead peer
-            log.debug("dial %s failed: %r", info.peer_id, exc)
-            return f"{type(exc).__name__}: {exc}"[:200]
-        log.info("connected to %s", info.peer_id)
-        return None

@@ -11,7 +11,7 @@ documented behaviour of `gossip.libp2p` / `gossip.libp2p_patches`:
 - unsigned and wrongly signed GossipSub messages are counted (`unsigned`,
   `bad_signature`) and never delivered;
 - a departed peer (killed process) that was not a bootstrap peer is given up after
-  `_MAX_DIAL_FAILURES` dials, a departed bootstrap peer is retried without end, and
+  `MAX_DIAL_FAILURES` dials, a departed bootstrap peer is retried without end, and
   neither fills the log with one line per attempt.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-import gossip.libp2p as libp2p_mod
+import gossip.libp2p_dialer as dialer_mod
 from gossip.libp2p import Libp2pTransport
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
@@ -82,7 +82,7 @@ def known_addrs(transport: Libp2pTransport, peer_id: str) -> list[str]:
 
     host = transport._host
     assert host is not None
-    return [str(a) for a in libp2p_mod._known_addrs(host, ID.from_base58(peer_id))]
+    return [str(a) for a in dialer_mod._known_addrs(host, ID.from_base58(peer_id))]
 
 
 class Collector:
@@ -359,12 +359,12 @@ def test_departed_peers_are_given_up_or_retried_quietly(
     spawn_peer: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two peer processes are killed: `dialer` (it dialed us; not a bootstrap peer) is
-    given up after exactly `_MAX_DIAL_FAILURES` failed dials and never dialed again;
+    given up after exactly `MAX_DIAL_FAILURES` failed dials and never dialed again;
     `boot` (our bootstrap peer) is retried for as long as it is away. The log gets one
     line per peer for it (given up / unreachable), no ERROR line at all."""
-    monkeypatch.setattr(libp2p_mod, "_BACKOFF_INITIAL_S", 0.05)
-    monkeypatch.setattr(libp2p_mod, "_BACKOFF_MAX_S", 0.2)
-    monkeypatch.setattr(libp2p_mod, "_BOOTSTRAP_BACKOFF_MAX_S", 0.2)
+    monkeypatch.setattr(dialer_mod, "BACKOFF_INITIAL_S", 0.05)
+    monkeypatch.setattr(dialer_mod, "BACKOFF_MAX_S", 0.2)
+    monkeypatch.setattr(dialer_mod, "BOOTSTRAP_BACKOFF_MAX_S", 0.2)
     caplog.set_level(logging.DEBUG, logger="gossip")
 
     async def main() -> None:
@@ -385,7 +385,7 @@ def test_departed_peers_are_given_up_or_retried_quietly(
                 MESH_TIMEOUT_S,
                 lambda: f"dialer's address unknown: {known_addrs(node, dialer.peer_id)}",
             )
-            await asyncio.sleep(4 * libp2p_mod._MAINTENANCE_PERIOD_S)
+            await asyncio.sleep(4 * dialer_mod.MAINTENANCE_PERIOD_S)
             caplog.clear()
             for peer in (dialer, boot):
                 peer.proc.kill()
@@ -414,13 +414,13 @@ def test_departed_peers_are_given_up_or_retried_quietly(
             assert errors == [], [r.getMessage() for r in errors]
             given_up = [r for r in records if "giving up on peer" in r.getMessage()]
             assert len(given_up) == 1 and dialer.peer_id in given_up[0].getMessage()
-            assert f"after {libp2p_mod._MAX_DIAL_FAILURES} failed dials" in given_up[0].getMessage()
+            assert f"after {dialer_mod.MAX_DIAL_FAILURES} failed dials" in given_up[0].getMessage()
             unreachable = [r for r in records if "unreachable" in r.getMessage()]
             assert len(unreachable) == 1 and boot.peer_id in unreachable[0].getMessage()
             # Not one WARNING per attempt either (dials_failed counts them all).
             warnings = [r for r in records if r.levelno >= logging.WARNING]
             assert len(warnings) <= 3, [r.getMessage() for r in warnings]
-            assert stats["dials_failed"] >= libp2p_mod._MAX_DIAL_FAILURES + 3
+            assert stats["dials_failed"] >= dialer_mod.MAX_DIAL_FAILURES + 3
         finally:
             await node.stop()
 
@@ -442,7 +442,7 @@ def test_a_peer_without_peerstore_entry_is_given_up_without_crashing_the_transpo
                 MESH_TIMEOUT_S,
                 lambda: f"connected: {node.connected_peers()}",
             )
-            await asyncio.sleep(4 * libp2p_mod._MAINTENANCE_PERIOD_S)  # tracked by now
+            await asyncio.sleep(4 * dialer_mod.MAINTENANCE_PERIOD_S)  # tracked by now
             await leaver.stop()
 
             async def forget() -> None:

@@ -1,0 +1,184 @@
+"""Keeping peers connected over py-libp2p: our own bounded re-dial policy.
+
+The library's auto-connector re-dials every peer it ever saw, forever, with an ERROR
+line per attempt; the transport turns it off and runs a `Redialer` in its trio thread.
+
+Invariants:
+- Bootstrap peers are re-dialed while not connected, with exponential backoff (with
+  jitter) capped at `BOOTSTRAP_BACKOFF_MAX_S` (5 min), forever.
+- A peer we were connected to (or found by mDNS when `mdns`) is re-dialed with backoff
+  capped at `BACKOFF_MAX_S` and given up after `MAX_DIAL_FAILURES` consecutive failures,
+  or at once when the peerstore holds no address for it (its addresses leave the
+  peerstore; it is tracked again once it connects).
+- At most `MAX_CONCURRENT_DIALS` dials run at once, and at most one per peer.
+- The log gets one line when a bootstrap peer becomes unreachable, one when it is back,
+  and one per peer given up; never one per attempt. Counted: `dials_failed`,
+  `peers_given_up`.
+- A failed dial never raises out of `run` (whatever the library raises for a dead peer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+
+import multiaddr
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+from libp2p.peer.peerstore import PeerStoreError
+
+log = logging.getLogger("gossip.libp2p")
+
+DIAL_TIMEOUT_S = 10.0
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+"""Longest wait between dials of a peer that is not a bootstrap peer."""
+BOOTSTRAP_BACKOFF_MAX_S = 300.0
+"""Longest wait between dials of an unreachable bootstrap peer (retried forever)."""
+MAX_DIAL_FAILURES = 8
+"""Consecutive failed dials after which a peer that is not a bootstrap peer is given up
+(about a minute of trying with the backoff above)."""
+MAX_CONCURRENT_DIALS = 8
+MAINTENANCE_PERIOD_S = 0.25
+
+
+def _known_addrs(host: IHost, peer_id: ID) -> list[multiaddr.Multiaddr]:
+    """The peerstore's addresses of `peer_id`, none if it has none.
+
+    The library raises `PeerStoreError` for a peer it holds no entry for (one that left
+    before identify recorded its addresses) or whose entry expired.
+    """
+    try:
+        return list(host.get_peerstore().addrs(peer_id))
+    except PeerStoreError:
+        return []
+
+
+class _DialTarget:
+    """One peer to keep connected: its backoff (exponential, with jitter) and failures.
+
+    Invariant: at most one dial of a target runs at a time (`dialing`).
+    """
+
+    def __init__(self, peer_id: ID, *, bootstrap: PeerInfo | None) -> None:
+        self.peer_id = peer_id
+        self.bootstrap = bootstrap
+        """The configured address for a bootstrap peer (never given up), else None."""
+        self.max_delay = BOOTSTRAP_BACKOFF_MAX_S if bootstrap is not None else BACKOFF_MAX_S
+        self.delay = BACKOFF_INITIAL_S
+        self.next_at = 0.0
+        self.failures = 0
+        self.dialing = False
+
+    def failed(self, now: float) -> None:
+        self.failures += 1
+        self.next_at = now + self.delay * random.uniform(0.8, 1.2)
+        self.delay = min(self.delay * 2.0, self.max_delay)
+
+    def reset(self) -> None:
+        self.delay = BACKOFF_INITIAL_S
+        self.next_at = 0.0
+        self.failures = 0
+
+
+class Redialer:
+    """Keeps `bootstrap` peers, peers we were connected to and (with `mdns`) discovered
+    peers connected, under the policy of the module docstring. Runs in the trio thread."""
+
+    def __init__(self, bootstrap: list[PeerInfo], *, mdns: bool) -> None:
+        self.bootstrap = bootstrap
+        self.mdns = mdns
+        self.dials_failed = 0
+        self.peers_given_up = 0
+
+    async def run(self, host: IHost) -> None:
+        """Keep bootstrap peers, peers we were connected to and (with `mdns`)
+        discovered peers connected, under the re-dial policy of the module docstring."""
+        targets: dict[ID, _DialTarget] = {
+            info.peer_id: _DialTarget(info.peer_id, bootstrap=info) for info in self.bootstrap
+        }
+        me = host.get_id()
+        limiter = trio.CapacityLimiter(MAX_CONCURRENT_DIALS)
+        async with trio.open_nursery() as nursery:
+            while True:
+                connected = host.get_network().connections
+                for pid in tuple(connected):
+                    if pid != me and pid not in targets:
+                        targets[pid] = _DialTarget(pid, bootstrap=None)
+                if self.mdns:
+                    for pid in host.get_peerstore().peers_with_addrs():
+                        if pid != me and pid not in targets:
+                            targets[pid] = _DialTarget(pid, bootstrap=None)
+                now = trio.current_time()
+                for target in tuple(targets.values()):
+                    if target.peer_id in connected:
+                        if target.failures and target.bootstrap is not None:
+                            log.info("bootstrap peer %s is connected again", target.peer_id)
+                        target.reset()
+                    elif not target.dialing and now >= target.next_at:
+                        target.dialing = True
+                        nursery.start_soon(self._dial_target, host, target, targets, limiter)
+                await trio.sleep(MAINTENANCE_PERIOD_S)
+
+    async def _dial_target(
+        self,
+        host: IHost,
+        target: _DialTarget,
+        targets: dict[ID, _DialTarget],
+        limiter: trio.CapacityLimiter,
+    ) -> None:
+        """One dial of `target`; on failure back off, warn once (bootstrap) or give up."""
+        try:
+            async with limiter:
+                if target.bootstrap is not None:
+                    info = target.bootstrap
+                else:
+                    info = PeerInfo(target.peer_id, _known_addrs(host, target.peer_id))
+                cause = await self._dial(host, info) if info.addrs else "no known address"
+        finally:
+            target.dialing = False
+        if cause is None:
+            target.reset()
+            return
+        self.dials_failed += 1
+        target.failed(trio.current_time())
+        if target.bootstrap is not None:
+            if target.failures == 1:
+                log.warning(
+                    "bootstrap peer %s unreachable (%s); retrying with backoff up to %.0f s",
+                    target.peer_id,
+                    cause,
+                    target.max_delay,
+                )
+        elif target.failures >= MAX_DIAL_FAILURES or not info.addrs:
+            log.info(
+                "giving up on peer %s after %d failed dials (last: %s)",
+                target.peer_id,
+                target.failures,
+                cause,
+            )
+            self.peers_given_up += 1
+            targets.pop(target.peer_id, None)
+            with contextlib.suppress(PeerStoreError):  # raised for an expired entry
+                host.get_peerstore().clear_addrs(target.peer_id)
+
+    async def _dial(self, host: IHost, info: PeerInfo) -> str | None:
+        """Dial `info` once (one attempt per address); None on success, else the cause."""
+        # Our own backoff replaces the swarm's 60 s negative dial cache, which would
+        # otherwise refuse to redial a bootstrap peer that was down at our start.
+        negative = getattr(host.get_network(), "_negative_peer_cache", None)
+        if negative is not None:
+            negative.evict(str(info.peer_id))
+        try:
+            with trio.fail_after(DIAL_TIMEOUT_S):
+                await host.connect(info)
+        except trio.TooSlowError:
+            return f"no answer within {DIAL_TIMEOUT_S:.0f} s"
+        except Exception as exc:  # noqa: BLE001 - what the library raises for a dead peer
+            log.debug("dial %s failed: %r", info.peer_id, exc)
+            return f"{type(exc).__name__}: {exc}"[:200]
+        log.info("connected to %s", info.peer_id)
+        return None

@@ -2,10 +2,11 @@
 
 Invariants:
 - Tasks: `rounds` (sample, publish, select, train, checkpoint, metrics), `receive`
-  (gossip already authenticated; this task updates the peers and sender-version tables
-  and queues rollouts and deltas for admission without waiting on them), `admit-<i>`
-  (re-scoring through the `Rescorer`, delta decoding through `offload`: nothing a peer
-  chooses runs on the event loop) and `announce` (hello on the peers topic).
+  (gossip already authenticated; `Intake.handle` updates the peers and sender-version
+  tables, and rollouts and deltas are queued for admission without waiting on them),
+  `admit-<i>` (`Intake.admit`: re-scoring through the `Rescorer`, delta decoding through
+  `offload`: nothing a peer chooses runs on the event loop) and `announce` (hello on the
+  peers topic, at once again when a new peer said hello, at most once a second).
   A dead task stops the node with its error; nothing the network or a peer causes
   does (gossip counts failed publishes; refusals are counted by reason).
 - The admission queue is bounded (`ADMISSION_QUEUE`); a batch that does not fit is
@@ -20,9 +21,8 @@ Invariants:
   first round, and a peer claiming huge versions only makes its own groups look fresh.
 - Replay protection survives restarts: each sender's highest seq is checkpointed
   (`senders` in node.json) and becomes that sender's replay floor in gossip on resume.
-- Every refusal that is the peer's fault is reported to gossip's peer scores
-  (`Gossip.penalize`), and every group admitted to the pool earns its sender a little
-  credit; a peer the scores ignore no longer reaches `handle` at all.
+- Refusals are counted and blamed by `node.intake`; a peer the scores ignore no longer
+  reaches the intake at all.
 - A node with J = 0, or alone, runs the same loop on local groups only.
 """
 
@@ -40,18 +40,17 @@ from typing import Any
 
 from gossip.layer import Gossip, Received
 from node import checkpoints
+from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner
 from node.metrics import MetricsWriter, histogram
 from node.pool import RolloutPool
-from node.rescore import Refused
 from node.supervise import supervise
 from node.workers import InlineRescorer, Rescorer
 from rewards.mixture import TaskStream
 from swarm.clock import Clock
 from swarm.config import NodeConfig
-from swarm.envelope import Envelope
-from swarm.messages import DeltaPacket, Hello, RolloutBatch
-from swarm.staleness import SenderVersions, StalenessRule
+from swarm.messages import Hello, RolloutBatch
+from swarm.staleness import StalenessRule
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
 log = logging.getLogger("swarm.node")
@@ -61,45 +60,11 @@ ANNOUNCE_EVERY_S = 5.0
 GREET_MIN_INTERVAL_S = 1.0
 """A hello from a new peer is answered with ours at once, at most this often (so two
 nodes find each other in one round trip, and fresh keys cannot make us chatty)."""
-MAX_PEERS_TRACKED = 4096
-NOT_THE_PEERS_FAULT = frozenset(
-    {
-        "zero_variance",
-        "stale",
-        "stale_version",
-        "pending_full",
-        "deltas_disabled",
-        "foreign_task",
-        "admission_full",
-        "rescore_queue_full",
-        "nondeterministic_task",
-    }
-)
-CREDIT_PER_GROUP = 0.5
-"""Score credit for a peer's group that passed re-scoring and entered the pool."""
 ADMISSION_QUEUE = 256
 """Received rollout batches and deltas waiting for re-scoring / decoding."""
 ADMISSION_WORKERS = 2
 """Concurrent admissions (each waits on the rescorer or a decoding thread)."""
 WAIT_POLL_S = 0.2
-
-
-@dataclass(frozen=True)
-class Admission:
-    """A received rollout batch or delta waiting to be re-scored or decoded."""
-
-    envelope: Envelope
-    message: RolloutBatch | DeltaPacket
-    arrival_round: int
-    arrival_time: float
-
-
-@dataclass
-class PeerInfo:
-    model_id: str
-    model_family: str
-    policy_version: int
-    last_seen: float
 
 
 @dataclass
@@ -139,7 +104,6 @@ class Node:
         self.on_event = on_event
         """Called with ("first_peer", {...}) and ("first_external_group", {...}) once each."""
         self.staleness = StalenessRule(sapo.max_staleness, sapo.max_version_lag, sapo.max_age_s)
-        self.sender_versions = SenderVersions(MAX_PEERS_TRACKED)
         self.pool = RolloutPool(
             max_groups=sapo.pool_max_groups,
             max_bytes=sapo.pool_max_bytes,
@@ -148,22 +112,19 @@ class Node:
             seed=config.tasks.seed,
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
-        self._own_sources: frozenset[str] | None = (
-            None
-            if config.tasks.accept_foreign
-            else frozenset(spec.source for spec in config.tasks.mixture)
+        self.intake = Intake(
+            config, gossip, learner, self.pool, self.rescorer, clock, offload, on_event
         )
+        # The intake's tables, under the names the node has always shown.
+        self.sender_versions = self.intake.sender_versions
+        self.drops = self.intake.drops
+        self.peer_faults = self.intake.peer_faults
+        self.peers = self.intake.peers
         self.rounds_done = 0
-        self.drops: Counter[str] = Counter()
-        self.peer_faults: Counter[str] = Counter()
-        self.peers: dict[str, PeerInfo] = {}
         self.started_at: float | None = None
-        self.first_peer_at: float | None = None
-        """Clock time of the first hello from a peer (None: alone so far)."""
         self.first_external_round: int | None = None
         """The first round that trained on a peer's group."""
         self._admissions: asyncio.Queue[Admission] | None = None
-        self._new_peer = asyncio.Event()
         self.stop_requested = asyncio.Event()
         self._rollouts_topic = rollouts_topic(config.node.swarm_id)
         self._peers_topic = peers_topic(config.node.swarm_id)
@@ -288,7 +249,7 @@ class Node:
         await self.gossip.subscribe(self._peers_topic)
         if self._deltas_topic is not None:
             await self.gossip.subscribe(self._deltas_topic)
-        self.started_at = self.clock.now()
+        self.started_at = self.intake.started_at = self.clock.now()
         if on_started is not None:
             on_started()
         self._metrics = MetricsWriter(self.data_dir / "metrics.jsonl")
@@ -308,109 +269,29 @@ class Node:
         assert self._admissions is not None
         while True:
             received = await self.gossip.receive()
-            admission = self.handle(received)
+            admission = self.intake.handle(received, self.rounds_done)
             if admission is None:
                 continue
             try:
                 self._admissions.put_nowait(admission)
             except asyncio.QueueFull:
-                self._drop("admission_full", None)
+                self.intake.drop("admission_full", None)
 
     async def _admit_loop(self) -> None:
         assert self._admissions is not None
         while True:
             admission = await self._admissions.get()
-            await self.admit(admission)
+            await self.intake.admit(admission)
 
     async def take(self, received: Received) -> None:
-        """`handle` then `admit` at once (simnet and tests: no queue in between)."""
-        admission = self.handle(received)
+        """Handle then admit at once (simnet and tests: no queue in between)."""
+        admission = self.intake.handle(received, self.rounds_done)
         if admission is not None:
-            await self.admit(admission)
+            await self.intake.admit(admission)
 
-    def handle(self, received: Received) -> Admission | None:
-        """Note one authenticated message (peers table, the sender's current version);
-        return the rollouts or delta to admit, stamped with our round and time now."""
-        envelope = received.envelope
-        self.sender_versions.observe(envelope.sender, envelope.seq, envelope.policy_version)
-        message = received.message
-        if isinstance(message, Hello):
-            self._note_hello(envelope.sender, message)
-            return None
-        if isinstance(message, (RolloutBatch, DeltaPacket)):
-            return Admission(envelope, message, self.rounds_done, self.clock.now())
-        self._drop(f"unexpected_kind_{message.KIND}", envelope.sender)
-        return None
-
-    def _note_hello(self, sender: str, hello: Hello) -> None:
-        now = self.clock.now()
-        if sender not in self.peers:
-            self._new_peer.set()
-        if sender not in self.peers and self.first_peer_at is None:
-            self.first_peer_at = now
-            waited = now - self.started_at if self.started_at is not None else 0.0
-            log.info("first peer %s (%s) after %.1f s", sender, hello.model_id, waited)
-            if self.on_event is not None:
-                self.on_event(
-                    "first_peer",
-                    {"peer": sender, "model_id": hello.model_id, "after_s": round(waited, 3)},
-                )
-        self.peers[sender] = PeerInfo(
-            hello.model_id, hello.model_family, hello.policy_version, now
-        )
-        if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
-            oldest = min(self.peers, key=lambda peer: self.peers[peer].last_seen)
-            del self.peers[oldest]
-
-    async def admit(self, admission: Admission) -> None:
-        """Re-score a batch's groups into the pool, or hold a delta for the next merge."""
-        sender = admission.envelope.sender
-        if isinstance(admission.message, DeltaPacket):
-            try:
-                await self.offload(
-                    self.learner.receive_delta,
-                    sender,
-                    admission.envelope.policy_version,
-                    admission.message,
-                    admission.arrival_round,
-                )
-            except Refused as refused:
-                self._drop(refused.reason, sender)
-            return
-        for group in admission.message.groups:
-            if self._own_sources is not None and group.task.source not in self._own_sources:
-                self._drop("foreign_task", sender)  # counted, not blamed
-                continue
-            try:
-                rescored = await self.rescorer.rescore(group)
-            except Refused as refused:
-                self._drop(refused.reason, sender)
-                continue
-            if rescored.forged:
-                self._drop("forged_rewards", sender)
-                continue
-            if self.pool.add(
-                sender,
-                group,
-                rescored.rewards,
-                own_round=admission.arrival_round,
-                sender_version=self._sender_version(sender),
-                now=admission.arrival_time,
-            ):
-                self.gossip.credit(sender, CREDIT_PER_GROUP)
-            else:
-                self._drop("stale_version", None)
-
-    def _sender_version(self, sender: str) -> int:
-        return self.sender_versions.version(sender)
-
-    def _drop(self, reason: str, sender: str | None) -> None:
-        self.drops[reason] += 1
-        if sender is not None and reason not in NOT_THE_PEERS_FAULT:
-            self.peer_faults[sender] += 1
-            if len(self.peer_faults) > MAX_PEERS_TRACKED:
-                del self.peer_faults[next(iter(self.peer_faults))]
-            self.gossip.penalize(sender, reason)
+    @property
+    def first_peer_at(self) -> float | None:
+        return self.intake.first_peer_at
 
     def _transport_stats(self) -> dict[str, Any] | None:
         """The transport's own counters (receive-queue drops and bytes), where it has any."""
@@ -425,11 +306,11 @@ class Node:
                 self.learner.policy_version,
                 self.capabilities,
             )
-            self._new_peer.clear()
+            self.intake.new_peer.clear()
             await self.gossip.publish(self._peers_topic, hello, self.learner.policy_version)
             await self.clock.sleep(GREET_MIN_INTERVAL_S)
             # The next hello: periodic, or sooner when a new peer said hello meanwhile.
-            greeted = asyncio.ensure_future(self._new_peer.wait())
+            greeted = asyncio.ensure_future(self.intake.new_peer.wait())
             await asyncio.wait({greeted}, timeout=ANNOUNCE_EVERY_S - GREET_MIN_INTERVAL_S)
             greeted.cancel()
 
@@ -487,14 +368,14 @@ class Node:
             own_round = self.rounds_done
             chosen = (
                 self.pool.select(
-                    sapo.external_groups, own_round, self._sender_version, self.clock.now()
+                    sapo.external_groups, own_round, self.intake.sender_version, self.clock.now()
                 )
                 if sapo.external_groups
                 else []
             )
             # At selection: the round's training lets senders move on meanwhile.
             chosen_ages = self.pool.ages_of(chosen, own_round)
-            chosen_lags = self.pool.lags_of(chosen, self._sender_version)
+            chosen_lags = self.pool.lags_of(chosen, self.intake.sender_version)
             external = [
                 ExternalGroup(
                     e.sender, e.group.prompt, e.group.completions, e.rewards, e.group.finished

@@ -11,8 +11,8 @@ Invariants:
   take modeled virtual time (`TimedLearner` reports the modeled durations, the offload
   sleeps them), so a node publishes after its sampling time and trains for its training
   time, and the metrics' `time` and `seconds` are virtual and deterministic. Receiving
-  is one event per delivered message: transport queue, `Gossip.accept`, `Node.handle`,
-  as in the production receive task.
+  is one event per delivered message: transport queue, `Gossip.accept`, `Node.take`
+  (the intake's handle and admit, as in the production receive and admit tasks).
 - Determinism: identities, model and task seeds, start times, compute jitter, churn
   choices and every network draw derive from the run seed, and events run in a fixed
   order; the same scenario and seed give byte-identical metrics files.

@@ -60,7 +60,7 @@ def test_one_key_claiming_huge_versions_changes_nothing_for_honest_peers(tmp_pat
     assert node.rounds_done == 0
     assert node.drops["stale_version"] == 1  # the attacker's group
     assert not node.peer_faults  # claiming is not a fault; the attacker only hurt itself
-    chosen = node.pool.select(4, node.rounds_done, node._sender_version, node.clock.now())
+    chosen = node.pool.select(4, node.rounds_done, node.intake.sender_version, node.clock.now())
     assert [e.sender for e in chosen] == [honest.peer_id]
 
 
@@ -76,7 +76,7 @@ def test_many_keys_claiming_later_versions_change_nothing(tmp_path: Path) -> Non
 
     asyncio.run(scenario())
     node.rounds_done = 2  # two of our own rounds later: still within max_staleness (2)
-    chosen = node.pool.select(4, node.rounds_done, node._sender_version, node.clock.now())
+    chosen = node.pool.select(4, node.rounds_done, node.intake.sender_version, node.clock.now())
     assert [e.sender for e in chosen] == [honest.peer_id]
 
 
@@ -85,7 +85,7 @@ def test_a_group_expires_after_max_staleness_of_our_rounds(tmp_path: Path) -> No
     honest = Identity.from_seed(b"\x13" * 32)
     asyncio.run(node.take(envelope_of(node, honest, batch(0, 0), 0, 1)))
     node.rounds_done = node.config.sapo.max_staleness + 1
-    assert node.pool.select(4, node.rounds_done, node._sender_version, node.clock.now()) == []
+    assert node.pool.select(4, node.rounds_done, node.intake.sender_version, node.clock.now()) == []
     assert node.pool.evicted["stale"] == 1
 
 
@@ -99,4 +99,4 @@ def test_a_sender_that_moved_on_makes_its_old_groups_stale(tmp_path: Path) -> No
         await node.take(envelope_of(node, peer, Hello("m", "m", 2 + lag, ()), 2 + lag, 2))
 
     asyncio.run(scenario())
-    assert node.pool.select(4, node.rounds_done, node._sender_version, node.clock.now()) == []
+    assert node.pool.select(4, node.rounds_done, node.intake.sender_version, node.clock.now()) == []

@@ -1,0 +1,196 @@
+"""What a node does with authenticated messages from peers, before its round loop.
+
+`Intake.handle` notes each message at once (the peers table, the sender's current
+policy version) and returns the rollouts or delta to admit; `Intake.admit` re-scores a
+batch's groups into the pool (through the `Rescorer`) or hands a delta to the learner
+(through `offload`). The node queues admissions between the two (`node.runner`).
+
+Invariants:
+- Nothing a peer chooses runs here on the event loop: re-scoring goes to the rescorer,
+  delta decoding to `offload`.
+- Every refusal is counted by reason in `drops`; those that are the peer's fault (not
+  in `NOT_THE_PEERS_FAULT`) are reported to gossip's peer scores, and every group that
+  enters the pool earns its sender `CREDIT_PER_GROUP`.
+- Staleness is judged with numbers measured here: the arrival round and time stamped by
+  `handle`, and `sender_versions` (each sender's newest envelope by seq).
+- Memory is bounded: the peers table, fault counts and sender versions keep at most
+  `MAX_PEERS_TRACKED` peers (least recently seen forgotten first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gossip.layer import Gossip, Received
+from node.learner import Learner
+from node.pool import RolloutPool
+from node.rescore import Refused
+from node.workers import Rescorer
+from swarm.clock import Clock
+from swarm.config import NodeConfig
+from swarm.envelope import Envelope
+from swarm.messages import DeltaPacket, Hello, RolloutBatch
+from swarm.staleness import SenderVersions
+
+log = logging.getLogger("swarm.node")
+
+Offload = Callable[..., Awaitable[Any]]
+MAX_PEERS_TRACKED = 4096
+NOT_THE_PEERS_FAULT = frozenset(
+    {
+        "zero_variance",
+        "stale",
+        "stale_version",
+        "pending_full",
+        "deltas_disabled",
+        "foreign_task",
+        "admission_full",
+        "rescore_queue_full",
+        "nondeterministic_task",
+    }
+)
+CREDIT_PER_GROUP = 0.5
+"""Score credit for a peer's group that passed re-scoring and entered the pool."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A received rollout batch or delta waiting to be re-scored or decoded."""
+
+    envelope: Envelope
+    message: RolloutBatch | DeltaPacket
+    arrival_round: int
+    arrival_time: float
+
+
+@dataclass
+class PeerInfo:
+    model_id: str
+    model_family: str
+    policy_version: int
+    last_seen: float
+
+
+class Intake:
+    """The receive side of one node; see the module docstring."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        gossip: Gossip,
+        learner: Learner,
+        pool: RolloutPool,
+        rescorer: Rescorer,
+        clock: Clock,
+        offload: Offload,
+        on_event: Callable[[str, dict[str, Any]], None] | None,
+    ) -> None:
+        self.gossip = gossip
+        self.learner = learner
+        self.pool = pool
+        self.rescorer = rescorer
+        self.clock = clock
+        self.offload = offload
+        self.on_event = on_event
+        self.own_sources: frozenset[str] | None = (
+            None
+            if config.tasks.accept_foreign
+            else frozenset(spec.source for spec in config.tasks.mixture)
+        )
+        self.sender_versions = SenderVersions(MAX_PEERS_TRACKED)
+        self.drops: Counter[str] = Counter()
+        self.peer_faults: Counter[str] = Counter()
+        self.peers: OrderedDict[str, PeerInfo] = OrderedDict()
+        self.started_at: float | None = None
+        self.first_peer_at: float | None = None
+        """Clock time of the first hello from a peer (None: alone so far)."""
+        self.new_peer = asyncio.Event()
+        """Set by a hello from a peer not in the table (the node answers with its own)."""
+
+    def sender_version(self, sender: str) -> int:
+        return self.sender_versions.version(sender)
+
+    def handle(self, received: Received, own_round: int) -> Admission | None:
+        """Note one authenticated message (peers table, the sender's current version);
+        return the rollouts or delta to admit, stamped with `own_round` and time now."""
+        envelope = received.envelope
+        self.sender_versions.observe(envelope.sender, envelope.seq, envelope.policy_version)
+        message = received.message
+        if isinstance(message, Hello):
+            self._note_hello(envelope.sender, message)
+            return None
+        if isinstance(message, (RolloutBatch, DeltaPacket)):
+            return Admission(envelope, message, own_round, self.clock.now())
+        self.drop(f"unexpected_kind_{message.KIND}", envelope.sender)
+        return None
+
+    def _note_hello(self, sender: str, hello: Hello) -> None:
+        now = self.clock.now()
+        if sender not in self.peers:
+            self.new_peer.set()
+            if self.first_peer_at is None:
+                self.first_peer_at = now
+                waited = now - self.started_at if self.started_at is not None else 0.0
+                log.info("first peer %s (%s) after %.1f s", sender, hello.model_id, waited)
+                if self.on_event is not None:
+                    self.on_event(
+                        "first_peer",
+                        {"peer": sender, "model_id": hello.model_id, "after_s": round(waited, 3)},
+                    )
+        self.peers[sender] = PeerInfo(hello.model_id, hello.model_family, hello.policy_version, now)
+        self.peers.move_to_end(sender)
+        if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
+            self.peers.popitem(last=False)  # the least recently seen
+
+    async def admit(self, admission: Admission) -> None:
+        """Re-score a batch's groups into the pool, or hold a delta for the next merge."""
+        sender = admission.envelope.sender
+        if isinstance(admission.message, DeltaPacket):
+            try:
+                await self.offload(
+                    self.learner.receive_delta,
+                    sender,
+                    admission.envelope.policy_version,
+                    admission.message,
+                    admission.arrival_round,
+                )
+            except Refused as refused:
+                self.drop(refused.reason, sender)
+            return
+        for group in admission.message.groups:
+            if self.own_sources is not None and group.task.source not in self.own_sources:
+                self.drop("foreign_task", sender)  # counted, not blamed
+                continue
+            try:
+                rescored = await self.rescorer.rescore(group)
+            except Refused as refused:
+                self.drop(refused.reason, sender)
+                continue
+            if rescored.forged:
+                self.drop("forged_rewards", sender)
+                continue
+            if self.pool.add(
+                sender,
+                group,
+                rescored.rewards,
+                own_round=admission.arrival_round,
+                sender_version=self.sender_version(sender),
+                now=admission.arrival_time,
+            ):
+                self.gossip.credit(sender, CREDIT_PER_GROUP)
+            else:
+                self.drop("stale_version", None)
+
+    def drop(self, reason: str, sender: str | None) -> None:
+        """Count a refusal; blame `sender` unless the reason is not its fault."""
+        self.drops[reason] += 1
+        if sender is not None and reason not in NOT_THE_PEERS_FAULT:
+            self.peer_faults[sender] += 1
+            if len(self.peer_faults) > MAX_PEERS_TRACKED:
+                del self.peer_faults[next(iter(self.peer_faults))]
+            self.gossip.penalize(sender, reason)

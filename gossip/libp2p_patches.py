@@ -24,7 +24,7 @@ What the library does and what replaces it:
 - Re-dials: the swarm's `AutoConnector` re-dials every peer in the peerstore forever
   (cooldown capped at 5 min), each dial 4 attempts, each failed attempt an ERROR line
   (`Failed to open TCP stream`). `disable_auto_connector` and `quiet_dial_failures`
-  turn both off; `gossip.libp2p` re-dials with its own bounded policy and counts.
+  turn both off; `gossip.libp2p_dialer` re-dials with its own bounded policy and counts.
 Every refusal is counted in one `Refusals` (read by `Libp2pTransport.stats()`), and
 logged once per (reason, peer) per `_LOG_REPEAT_S`, never once per message.
 """

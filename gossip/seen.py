@@ -57,7 +57,7 @@ class SeenCache:
         self._pairs[(sender, seq)] = None
         while len(self._pairs) > self.capacity:
             (old_sender, old_seq), _ = self._pairs.popitem(last=False)
-            self._raise_floor(old_sender, old_seq)
+            self.raise_floor(old_sender, old_seq)
         self.add_hash(content_hash)
 
     def add_hash(self, content_hash: bytes) -> None:
@@ -66,11 +66,8 @@ class SeenCache:
             self._hashes.popitem(last=False)
 
     def raise_floor(self, sender: str, seq: int) -> None:
-        """Count every seq of `sender` at or below `seq` as seen (e.g. after a restart,
-        from the highest seq each sender had reached)."""
-        self._raise_floor(sender, seq)
-
-    def _raise_floor(self, sender: str, seq: int) -> None:
+        """Count every seq of `sender` at or below `seq` as seen (on eviction, and after a
+        restart from the highest seq each sender had reached)."""
         self._floors[sender] = max(seq, self._floors.get(sender, -1))
         self._floors.move_to_end(sender)
         while len(self._floors) > self.max_senders:

@@ -56,5 +56,8 @@ def build_node(
         on_event=on_event,
         capabilities=("rollouts",),
         # Peers choose the tasks we regenerate and the text we score: never on the loop.
-        rescorer=RescoreWorkers.from_config(config.rewards),
+        # A node with J = 0 re-scores nothing, so it starts no worker processes.
+        rescorer=RescoreWorkers.from_config(config.rewards)
+        if config.sapo.external_groups > 0
+        else None,
     )

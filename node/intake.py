@@ -97,6 +97,8 @@ class Intake:
         self.clock = clock
         self.offload = offload
         self.on_event = on_event
+        self.wants_rollouts = config.sapo.external_groups > 0
+        """A node with J = 0 never trains on peers' groups: it re-scores none."""
         self.own_sources: frozenset[str] | None = (
             None
             if config.tasks.accept_foreign
@@ -123,6 +125,8 @@ class Intake:
         message = received.message
         if isinstance(message, Hello):
             self._note_hello(envelope.sender, message)
+            return None
+        if isinstance(message, RolloutBatch) and not self.wants_rollouts:
             return None
         if isinstance(message, (RolloutBatch, DeltaPacket)):
             return Admission(envelope, message, own_round, self.clock.now())
@@ -174,17 +178,18 @@ class Intake:
             if rescored.forged:
                 self.drop("forged_rewards", sender)
                 continue
-            if self.pool.add(
+            refused_by_pool = self.pool.add(
                 sender,
                 group,
                 rescored.rewards,
                 own_round=admission.arrival_round,
                 sender_version=self.sender_version(sender),
                 now=admission.arrival_time,
-            ):
+            )
+            if refused_by_pool is None:
                 self.gossip.credit(sender, CREDIT_PER_GROUP)
             else:
-                self.drop("stale_version", None)
+                self.drop(refused_by_pool, None)  # the sender's own claims, or our size
 
     def drop(self, reason: str, sender: str | None) -> None:
         """Count a refusal; blame `sender` unless the reason is not its fault."""

@@ -71,16 +71,17 @@ class RolloutPool:
         own_round: int,
         sender_version: int,
         now: float,
-    ) -> bool:
-        """Insert a re-scored group that arrived now; False (and counted) if its version
-        already lags its sender's too far, or it is too big."""
+    ) -> str | None:
+        """Insert a re-scored group that arrived now. Returns None, or why it was refused
+        (counted in `evicted` too): `stale_version` (its version already lags what its
+        sender runs too far) or `too_large` (bigger than the whole pool)."""
         if version_lag(sender_version, group.policy_version) > self.rule.max_version_lag:
             self.evicted["stale_on_arrival"] += 1
-            return False
+            return "stale_version"
         size = len(group.prompt) + sum(len(c) for c in group.completions)
         if size > self.max_bytes:
             self.evicted["too_large"] += 1
-            return False
+            return "too_large"
         self._arrivals += 1
         self.entries.append(
             PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals)
@@ -95,7 +96,7 @@ class RolloutPool:
             )
             self._remove(victim)
             self.evicted["capacity"] += 1
-        return True
+        return None
 
     def usable(
         self, entry: PoolEntry, own_round: int, sender_version: SenderVersion, now: float

@@ -122,7 +122,7 @@ class InlineRescorer:
             self._tally.times.append(self.timer() - start)
 
     def stats(self) -> dict[str, Any]:
-        return {"workers": 0, **self._tally.as_dict()}
+        return {"workers": 0, "jobs": 0, **self._tally.as_dict()}
 
     async def close(self) -> None:
         return None

@@ -36,7 +36,6 @@ import pickle
 import shutil
 import tempfile
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -146,11 +145,7 @@ class WorkerProcess:
         finally:
             child.close()
         self.conn: Connection = parent
-        self.started = time.perf_counter()
         self.pid: int | None = None
-
-    def fileno(self) -> int:
-        return self.conn.fileno()
 
     def check_ready(self, message: Any) -> None:
         if not (isinstance(message, tuple) and message[:1] == ("ready",)):
@@ -176,15 +171,6 @@ class WorkerProcess:
             self.conn.send(None)
             self.process.join(wait_s)
         self.kill()
-
-
-def unpack_reply(reply: Any) -> tuple[Any, int, dict[str, int]]:
-    """(result, leaked reward threads, the worker's reward counters) of a job's reply;
-    re-raises the job's exception."""
-    status, value, leaked, counters = reply
-    if status == "raised":
-        raise value
-    return value, leaked, counters
 
 
 class Sandbox:

@@ -20,7 +20,7 @@ def pool(max_groups: int = 8, max_bytes: int = 1 << 20, per_sender_cap: int = 2)
 
 
 def add(p: RolloutPool, sender: str, g: RolloutGroup, own_round: int = 5, now: int = 0) -> bool:
-    return p.add(sender, g, (1.0, 0.0), own_round=own_round, sender_version=0, now=now)
+    return p.add(sender, g, (1.0, 0.0), own_round=own_round, sender_version=0, now=now) is None
 
 
 def no_lag(sender: str) -> int:
@@ -62,7 +62,8 @@ def test_byte_bound_and_staleness_in_our_own_rounds() -> None:
 
 def test_version_lag_is_judged_against_the_senders_current_version() -> None:
     p = pool()
-    assert not p.add("s", group(0, version=1), (1.0, 0.0), own_round=0, sender_version=6, now=0)
+    refused = p.add("s", group(0, version=1), (1.0, 0.0), own_round=0, sender_version=6, now=0)
+    assert refused == "stale_version"
     assert p.evicted["stale_on_arrival"] == 1
     assert add(p, "s", group(1, version=3))
     assert p.evict_stale(5, lambda sender: 7, 0.0) == 0  # 4 behind: usable...

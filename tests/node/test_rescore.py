@@ -48,3 +48,19 @@ def test_groups_of_tasks_outside_the_mixture_are_refused_unscored(tmp_path: Path
     assert node.drops["foreign_task"] == 1
     assert len(node.pool) == 1 and node.pool.entries[0].group.task.source == "add"
     assert not node.peer_faults and node.gossip.scores.score(peer.peer_id) > 0  # credit
+
+
+def test_a_node_that_takes_no_external_groups_rescores_none(tmp_path: Path) -> None:
+    node = stub_node(stub_config(tmp_path, "j0", external_groups=0), MemoryNetwork("j0"))
+    peer = Identity.from_seed(b"\x34" * 32)
+    task = make_task(TaskRef("add", 1, 2))
+    batch = RolloutBatch(
+        (RolloutGroup(task.ref, task.prompt, (task.answer, "zz"), (1.0, 0.0), "m", 0),)
+    )
+    envelope = seal(
+        peer, kind="rollouts", swarm_id=node.config.node.swarm_id, seq=1, policy_version=0,
+        payload=encode_payload(batch),
+    )
+    asyncio.run(node.take(Received(rollouts_topic(node.config.node.swarm_id), envelope, batch, 10)))
+    assert node.rescorer.stats()["jobs"] == 0 and len(node.pool) == 0 and not node.drops
+    assert node.sender_versions.version(peer.peer_id) == 0 and peer.peer_id in node.sender_versions

@@ -1,0 +1,103 @@
+"""A broker outage, as real `swarm join` processes over a real mosquitto broker.
+
+Two nodes share through the broker; the broker is stopped for several seconds and
+started again on the same port. Both nodes must keep training through the outage (as
+silos: their publishes are dropped and counted, never raised), reconnect by themselves,
+and train on each other's groups again afterwards.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from node.demo import spawn_join, write_configs
+from node.metrics import read_metrics
+from swarm.identity import load_or_create_key_file
+from tests.gossip.conftest import Broker, mosquitto_path
+
+pytestmark = pytest.mark.slow
+
+OUTAGE_S = 6.0
+TIMEOUT_S = 120.0
+
+
+def _senders(records: list[dict]) -> set[str]:
+    return {sender for record in records for sender in record["external_by_sender"]}
+
+
+def _until(check: object, what: str, procs: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not check():  # type: ignore[operator]
+        assert all(p.poll() is None for p in procs), f"a node exited while waiting for {what}"
+        assert time.monotonic() < deadline, f"no {what} within {TIMEOUT_S} s"
+        time.sleep(0.2)
+
+
+def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> None:
+    binary = mosquitto_path()
+    if binary is None:
+        pytest.skip("mosquitto is not installed (apt-get install -y mosquitto; CI installs it)")
+    (tmp_path / "broker").mkdir()
+    broker = Broker(binary, tmp_path / "broker")
+    broker.start()
+    paths = write_configs(2, 100_000, tmp_path)
+    for path in paths:
+        config = tomllib.loads(path.read_text())
+        config["transport"] = {"type": "mqtt", "host": broker.host, "port": broker.port}
+        # A slow learner keeps reward variance: this tests sharing, not learning.
+        config["train"]["learning_rate"] = 1e-6
+        path.write_text(tomli_w.dumps(config))
+    ids = [load_or_create_key_file(tmp_path / f"node-{i}" / "node.key").peer_id for i in (0, 1)]
+    metrics = [tmp_path / f"node-{i}" / "metrics.jsonl" for i in (0, 1)]
+    logs = [tmp_path / f"node-{i}.log" for i in (0, 1)]
+    procs = [
+        spawn_join(path, 1_000_000, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=1)
+        for path, log in zip(paths, logs, strict=True)
+    ]
+
+    def shared_since(marks: list[int]) -> bool:
+        return all(
+            ids[1 - i] in _senders(read_metrics(metrics[i])[marks[i] :]) for i in (0, 1)
+        )
+
+    try:
+        _until(lambda: shared_since([0, 0]), "sharing before the outage", procs)
+
+        broker.stop()
+        down = [len(read_metrics(m)) for m in metrics]
+        time.sleep(OUTAGE_S)
+        during = [len(read_metrics(m)) - d for m, d in zip(metrics, down, strict=True)]
+        assert all(n >= 5 for n in during), during  # training went on, alone
+        assert all(p.poll() is None for p in procs)
+
+        broker.start()
+        restarted = time.monotonic()
+        back = [len(read_metrics(m)) for m in metrics]
+        _until(lambda: shared_since(back), "sharing after the broker came back", procs)
+        print(f"sharing again {time.monotonic() - restarted:.1f} s after the broker restart")
+        for i in (0, 1):
+            transport = read_metrics(metrics[i])[-1]["transport"]
+            print(f"node-{i}: {during[i]} rounds during the outage; {transport}")
+            assert transport["dropped_outgoing"] > 0, transport  # counted, not raised
+            assert transport["reconnects"] >= 1 and transport["connected"], transport
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        codes = []
+        for proc in procs:
+            try:
+                codes.append(proc.wait(timeout=60))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes.append(None)
+        broker.stop()
+    assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
+    assert all("Traceback" not in log.read_text() for log in logs)

@@ -47,6 +47,7 @@ class PolicyLearner:
         self.params = SamplingParams.from_config(config.sampler)
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
+        self.foreign_eos = config.train.foreign_eos
         self.rewards_config = config.rewards
         self.deltas = (
             DeltaExchange(
@@ -106,7 +107,7 @@ class PolicyLearner:
                 prompt=e.prompt,
                 completions=list(e.completions),
                 rewards=list(e.rewards),
-                finished=list(e.finished) if e.finished else None,
+                finished=list(e.finished) if e.finished and self.foreign_eos else None,
                 local=False,
             )
             for e in external

@@ -6,10 +6,12 @@ line per attempt; the transport turns it off and runs a `Redialer` in its trio t
 Invariants:
 - Bootstrap peers are re-dialed while not connected, with exponential backoff (with
   jitter) capped at `BOOTSTRAP_BACKOFF_MAX_S` (5 min), forever.
-- A peer we were connected to (or found by mDNS when `mdns`) is re-dialed with backoff
-  capped at `BACKOFF_MAX_S` and given up after `MAX_DIAL_FAILURES` consecutive failures,
-  or at once when the peerstore holds no address for it (its addresses leave the
-  peerstore; it is tracked again once it connects).
+- A peer seen connected at one of our checks (every `MAINTENANCE_PERIOD_S`; a connection
+  that opens and closes between two checks goes unseen), or found by mDNS when `mdns`,
+  is re-dialed with backoff capped at `BACKOFF_MAX_S` and given up after
+  `MAX_DIAL_FAILURES` consecutive failures, or at once when the peerstore holds no
+  address for it (its addresses leave the peerstore; it is tracked again once it
+  connects).
 - At most `MAX_CONCURRENT_DIALS` dials run at once, and at most one per peer.
 - The log gets one line when a bootstrap peer becomes unreachable, one when it is back,
   and one per peer given up; never one per attempt. Counted: `dials_failed`,

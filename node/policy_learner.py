@@ -1,8 +1,9 @@
 """The production `Learner`: a real policy model, its sampler and its GRPO trainer.
 
 Invariants:
-- Prompts on the wire are the task's raw prompt; this learner feeds them to the model
-  as they are (chat templates, if any, are the sampler's concern).
+- Prompts on the wire are the task's raw question; this learner renders them for its own
+  model with one `PromptRenderer` (`[prompt]` config) shared by sampler and trainer.
+- torch's CPU threads are set from `model.threads` before the model loads.
 - After every optimizer step the sampler gets the new weights before the next sample.
 - Checkpoints go through `policy.checkpoint` (atomic) with the node's manifest inside.
 """
@@ -25,25 +26,41 @@ from policy.checkpoint import (
     save_checkpoint,
 )
 from policy.loading import load_policy_model, model_family, resolve_device
+from policy.precision import compute_dtype, configure_threads
+from policy.prompts import PromptRenderer
 from policy.sampler import SamplingParams, make_sampler, stop_token_ids
 from policy.trainer import Trainer, TrainGroup
 from rewards.registry import score_group
 from rewards.tasks import make_task
 from swarm.config import NodeConfig
+from swarm.errors import ConfigError
 from swarm.messages import DeltaPacket, TaskRef
 
 
 class PolicyLearner:
     def __init__(self, config: NodeConfig) -> None:
+        self.threads = configure_threads(config.model.threads)
         torch.manual_seed(config.model.seed)
         self.model, self.tokenizer = load_policy_model(config.model)
         self.model_id = config.model.name_or_path
         self.model_family = model_family(self.model)
         self.device = resolve_device(config.model.device)
+        try:
+            self.renderer = PromptRenderer(self.tokenizer, config.prompt)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.trainer = Trainer(
-            self.model, self.tokenizer, config.train, self.device, config.sampler
+            self.model,
+            self.tokenizer,
+            config.train,
+            self.device,
+            config.sampler,
+            renderer=self.renderer,
+            compute_dtype=compute_dtype(config.model),
         )
-        self.sampler = make_sampler(config.sampler, self.model, self.tokenizer, config.model)
+        self.sampler = make_sampler(
+            config.sampler, self.model, self.tokenizer, config.model, self.renderer
+        )
         self.params = SamplingParams.from_config(config.sampler)
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size

@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from policy.precision import parameter_dtype
 from policy.tiny import BUILTIN_PREFIX, build_tiny, load_char_tokenizer
 from swarm.config.learning import ModelConfig
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from swarm.errors import ModelLoadError
 
 _GENERIC_TOKENIZERS = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 
@@ -67,14 +67,29 @@ def load_tokenizer(name_or_path: str) -> Any:
 
 
 def load_policy_model(config: ModelConfig) -> tuple[PreTrainedModel, Any]:
-    """(model on its device in `config.dtype`, in eval mode; tokenizer)."""
+    """(model on its device in its parameter dtype, in eval mode; tokenizer).
+
+    Parameters are float32 when `config.master_weights` (see `policy.precision`). A model
+    or tokenizer that cannot be loaded raises `ModelLoadError` with one line: the
+    reference and the cause (the library's own message, first line).
+    """
     device = resolve_device(config.device)
-    dtype = _DTYPES[config.dtype]
+    dtype = parameter_dtype(config)
     if config.name_or_path.startswith(BUILTIN_PREFIX):
         model, tokenizer = build_tiny(config.name_or_path, config.seed)
     else:
-        model = AutoModelForCausalLM.from_pretrained(config.name_or_path, dtype=dtype)
-        tokenizer = load_tokenizer(config.name_or_path)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(config.name_or_path, dtype=dtype)
+            tokenizer = load_tokenizer(config.name_or_path)
+        except (OSError, ValueError, KeyError, ImportError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ModelLoadError(
+                f"cannot load model {config.name_or_path!r}: {first} (model.name_or_path "
+                "takes 'builtin:tiny', a local Hugging Face folder, or a hub id this machine "
+                "can download or has cached)"
+            ) from exc
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()  # active in the trainer's update forwards only
     model = model.to(device=device, dtype=dtype).eval()
     return model, tokenizer
 

@@ -1,8 +1,9 @@
 """Samplers: prompts -> G completions each, with token ids and per-token logprobs.
 
 Invariants:
-- Prompts are encoded by `encode_prompt` (the tokenizer's own special tokens, as the
-  trainer does); completions are what the model sampled, up to and including the first
+- Prompts are task questions, rendered and encoded by the `PromptRenderer` given (the
+  same one the trainer uses; default: plain text with the tokenizer's special tokens);
+  completions are what the model sampled, up to and including the first
   stop token (EOS), or `max_new_tokens` tokens. `Completion.text` is the decoded
   completion without special tokens; `len(token_ids) == len(logprobs)`.
 - `logprobs[t]` is the log-probability of the sampled token under the temperature-scaled
@@ -12,6 +13,8 @@ Invariants:
 - `TransformersSampler` draws from its own `torch.Generator` (never the global RNG):
   `generate(..., seed=s)` is reproducible for a seed; without a seed it continues the
   sampler's own stream (seeded at construction).
+- Forwards run in `compute_context` (autocast to the compute dtype over float32 master
+  weights, as the trainer's forwards do).
 - vLLM is imported only inside `make_sampler` for the `vllm` backend.
 """
 
@@ -22,6 +25,8 @@ from typing import Any, Protocol
 
 import torch
 
+from policy.precision import DTYPES, compute_context
+from policy.prompts import PromptRenderer, plain_ids
 from swarm.config.learning import ModelConfig, SamplerConfig
 
 
@@ -58,8 +63,8 @@ class Sampler(Protocol):
 
 
 def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
-    """Token ids of a prompt, as both sampler and trainer encode it."""
-    return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    """Token ids of a prompt in plain mode (`PromptRenderer` renders the other modes)."""
+    return plain_ids(tokenizer, prompt)
 
 
 def encode_completion(tokenizer: Any, text: str) -> list[int]:
@@ -116,10 +121,15 @@ class TransformersSampler:
         device: torch.device | str | None = None,
         seed: int = 0,
         max_batch_size: int = 256,
+        renderer: PromptRenderer | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
         self.device = torch.device(device) if device is not None else model.device
+        self.param_dtype = next(model.parameters()).dtype
+        self.compute_dtype = compute_dtype if compute_dtype is not None else self.param_dtype
         self.max_batch_size = max_batch_size
         self.stops = stop_token_ids(model, tokenizer)
         self.pad_id = pad_token_id(tokenizer, self.stops)
@@ -135,7 +145,7 @@ class TransformersSampler:
         generator = self._generator
         if seed is not None:
             generator = torch.Generator(device=self._gen_device).manual_seed(seed)
-        rows = [encode_prompt(self.tokenizer, p) for p in prompts for _ in range(n)]
+        rows = [self.renderer.ids(p) for p in prompts for _ in range(n)]
         flat: list[Completion] = []
         for start in range(0, len(rows), self.max_batch_size):
             flat.extend(
@@ -160,34 +170,36 @@ class TransformersSampler:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         was_training = self.model.training
         self.model.eval()
+        numerics = compute_context(self.device, self.compute_dtype, self.param_dtype)
         try:
-            out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
-            )
-            past, logits = out.past_key_values, out.logits[:, -1].float()
-            next_pos = positions[:, -1:] + 1
-            tokens_out: list[torch.Tensor] = []
-            logps_out: list[torch.Tensor] = []
-            done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
-            stops = torch.tensor(sorted(self.stops), dtype=torch.long, device=self.device)
-            for step in range(params.max_new_tokens):
-                tokens, logps = sample_next(logits, params, generator)
-                tokens = tokens.to(self.device).masked_fill(done, self.pad_id)
-                tokens_out.append(tokens)
-                logps_out.append(logps.to(self.device))
-                done = done | torch.isin(tokens, stops)
-                if bool(done.all()) or step == params.max_new_tokens - 1:
-                    break
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            with numerics:
                 out = self.model(
-                    input_ids=tokens[:, None],
-                    attention_mask=mask,
-                    position_ids=next_pos,
-                    past_key_values=past,
-                    use_cache=True,
+                    input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
                 )
                 past, logits = out.past_key_values, out.logits[:, -1].float()
-                next_pos = next_pos + 1
+                next_pos = positions[:, -1:] + 1
+                tokens_out: list[torch.Tensor] = []
+                logps_out: list[torch.Tensor] = []
+                done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
+                stops = torch.tensor(sorted(self.stops), dtype=torch.long, device=self.device)
+                for step in range(params.max_new_tokens):
+                    tokens, logps = sample_next(logits, params, generator)
+                    tokens = tokens.to(self.device).masked_fill(done, self.pad_id)
+                    tokens_out.append(tokens)
+                    logps_out.append(logps.to(self.device))
+                    done = done | torch.isin(tokens, stops)
+                    if bool(done.all()) or step == params.max_new_tokens - 1:
+                        break
+                    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                    out = self.model(
+                        input_ids=tokens[:, None],
+                        attention_mask=mask,
+                        position_ids=next_pos,
+                        past_key_values=past,
+                        use_cache=True,
+                    )
+                    past, logits = out.past_key_values, out.logits[:, -1].float()
+                    next_pos = next_pos + 1
         finally:
             self.model.train(was_training)
         all_tokens = torch.stack(tokens_out, 1).tolist()
@@ -220,14 +232,33 @@ class TransformersSampler:
 
 
 def make_sampler(
-    sampler_config: SamplerConfig, model: Any, tokenizer: Any, model_config: ModelConfig
+    sampler_config: SamplerConfig,
+    model: Any,
+    tokenizer: Any,
+    model_config: ModelConfig,
+    renderer: PromptRenderer | None = None,
 ) -> Sampler:
     """The configured backend. `transformers` shares `model` (no weight copies);
     `vllm` builds its own engine from the same weights (imported only here)."""
+    renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
     if sampler_config.backend == "transformers":
-        return TransformersSampler(model, tokenizer, seed=model_config.seed)
+        return TransformersSampler(
+            model,
+            tokenizer,
+            seed=model_config.seed,
+            renderer=renderer,
+            compute_dtype=DTYPES[model_config.dtype],
+        )
     if sampler_config.backend == "vllm":
         from policy.vllm_sampler import VllmSampler
 
-        return VllmSampler(model, tokenizer, model_config)
+        return VllmSampler(
+            model,
+            tokenizer,
+            model_config,
+            gpu_memory_utilization=sampler_config.vllm_gpu_memory_utilization,
+            max_model_len=sampler_config.vllm_max_model_len,
+            enforce_eager=sampler_config.vllm_enforce_eager,
+            renderer=renderer,
+        )
     raise ValueError(f"unknown sampler backend {sampler_config.backend!r}")

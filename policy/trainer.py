@@ -4,12 +4,19 @@ Per step:
 1. Groups whose rewards are all equal (or that have one completion) carry no GRPO
    signal: they are skipped and counted (`n_skipped`), never trained on.
 2. Advantages per group (`policy.advantages`); MC-GRPO's pivot sample is dropped.
-3. Token ids: a local group's sampled ids are used as they are; a foreign group's (peer's)
-   prompt and completion texts are re-tokenized with the local tokenizer (separately,
-   so the prompt/completion boundary is exact; the local EOS is appended only where the
-   caller says a completion `finished`). Completions longer than
-   `max_completion_tokens` are left out (counted in `n_too_long`), bounding the cost of a
-   peer's text.
+3. Token ids: prompts are task questions rendered by the node's `PromptRenderer` (chat
+   template or plain; the sampler uses the same one). A local group's sampled ids are
+   used as they are; a foreign group's (peer's) completion texts are re-tokenized with
+   the local tokenizer (separately from the prompt, so the boundary is exact; the local
+   EOS is appended only where the caller says a completion `finished`). A foreign
+   completion longer than the local `max_new_tokens` (in local tokens) is truncated to it
+   and trained as unfinished (no EOS), counted in `n_truncated`: a peer with a larger
+   budget cannot make one sample weigh more than a local one. Completions longer than
+   `max_completion_tokens` are left out (counted in `n_too_long`).
+   Group size: a group of G' completions is weighted `min(1, G / G')` per sequence (G the
+   local group size), folded into its advantages (exact: the clipped objective is
+   positively homogeneous in the advantage), so a peer's oversized group counts as one
+   local group at most and never dominates a step.
 4. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
    computed before the update and detached. Foreign completions thus start at ratio 1:
    the peer's behaviour policy is unknown, so there is no ratio against its logprobs.
@@ -17,9 +24,15 @@ Per step:
    min(exp(old - sampler), importance_cap) correct the sampler/trainer mismatch
    (a different backend, or samples from an older policy version).
 5. `num_iterations` optimizer steps on the configured loss (`policy.losses.LOSSES`),
-   gradients accumulated over micro-batches with the whole step's normalizers, clipped to
-   `max_grad_norm`. `policy_version` increments per optimizer step; a batch with nothing
-   to train takes no step.
+   gradients accumulated over micro-batches (`micro_batch_size` sequences each) with the
+   whole step's normalizers, clipped to `max_grad_norm`, at the learning rate
+   `policy.precision.lr_factor(policy_version)` x `learning_rate`. `policy_version`
+   increments per optimizer step; a batch with nothing to train takes no step.
+
+Numerics: forwards run in `compute_context` (autocast to the compute dtype over float32
+master weights; see `policy.precision`). With gradient checkpointing on, the gradient
+forwards run in train mode with every `Dropout` module in eval mode (HF models checkpoint
+only in train mode), so they compute the same function as the no-grad forwards.
 
 Invariants: logprobs use `log_softmax(logits / temperature)` with the sampler's
 temperature (as the sampler reports them); every forward runs in eval mode (dropout off,
@@ -38,7 +51,9 @@ import torch
 
 from policy.advantages import group_advantages, is_degenerate, keep_mask
 from policy.losses import LOSSES, truncated_importance_weights
-from policy.sampler import encode_completion, encode_prompt, stop_token_ids
+from policy.precision import compute_context, lr_factor
+from policy.prompts import PromptRenderer
+from policy.sampler import encode_completion, stop_token_ids
 from swarm.config.learning import SamplerConfig, TrainConfig
 
 
@@ -83,6 +98,10 @@ class StepStats:
     """Groups skipped for zero reward variance (or with nothing left to train on)."""
     n_too_long: int = 0
     """Completions left out for exceeding `max_completion_tokens`."""
+    n_truncated: int = 0
+    """Foreign completions cut to the local `max_new_tokens` (trained without EOS)."""
+    learning_rate: float = 0.0
+    """Learning rate of the step's (last) optimizer step."""
     n_sequences: int = 0
     n_tokens: int = 0
     clip_frac: float = 0.0
@@ -117,6 +136,14 @@ def _pad(values: list[list[float]], width: int, fill: float) -> torch.Tensor:
     return torch.tensor([v + [fill] * (width - len(v)) for v in values], dtype=torch.float32)
 
 
+def _train_mode_without_dropout(model: torch.nn.Module) -> None:
+    """Train mode (so HF gradient checkpointing is active) with dropout still off."""
+    model.train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.eval()
+
+
 class Trainer:
     """Owns the optimizer; steps the policy on batches of `TrainGroup`s.
 
@@ -134,10 +161,16 @@ class Trainer:
         train_config: TrainConfig,
         device: torch.device | str | None = None,
         sampler_config: SamplerConfig | None = None,
+        renderer: PromptRenderer | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         self.device = torch.device(device) if device is not None else model.device
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
+        self.renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
+        self.param_dtype = next(model.parameters()).dtype
+        self.compute_dtype = compute_dtype if compute_dtype is not None else self.param_dtype
+        self.group_size = sampler_config.group_size if sampler_config is not None else None
         self.config = train_config
         self.temperature = sampler_config.temperature if sampler_config is not None else 1.0
         self.max_completion_length = (
@@ -166,7 +199,9 @@ class Trainer:
         rewards = torch.tensor(group.rewards, dtype=torch.float32)
         adv = group_advantages(rewards, self.config.baseline, self.config.scale_rewards)
         keep = keep_mask(rewards, self.config.baseline)
-        prompt_ids = encode_prompt(self.tokenizer, group.prompt)
+        if self.group_size is not None and len(group.completions) > self.group_size:
+            adv = adv * (self.group_size / len(group.completions))
+        prompt_ids = self.renderer.ids(group.prompt)
         use_ids = group.local and group.completion_token_ids is not None
         rows = []
         for i, text in enumerate(group.completions):
@@ -179,7 +214,13 @@ class Trainer:
                     sampler_lp = list(group.sampler_logprobs[i])
             else:
                 ids = encode_completion(self.tokenizer, text)
-                if group.finished is not None and group.finished[i] and self.eos_id is not None:
+                finished = bool(group.finished and group.finished[i]) and self.eos_id is not None
+                limit = self.max_completion_length
+                if limit is not None and len(ids) + finished > limit:
+                    ids = ids[:limit]
+                    if stats is not None:
+                        stats.n_truncated += 1
+                elif finished:
                     ids.append(int(self.eos_id))
             if not ids or not prompt_ids:
                 continue
@@ -199,7 +240,9 @@ class Trainer:
             ids[i, : len(r.ids)] = torch.tensor(r.ids)
             attn[i, : len(r.ids)] = 1
         ids, attn = ids.to(self.device), attn.to(self.device)
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
+        with compute_context(self.device, self.compute_dtype, self.param_dtype):
+            out = model(input_ids=ids, attention_mask=attn, use_cache=False)
+        logits = out.logits[:, :-1].float()
         logp = torch.log_softmax(logits / self.temperature, dim=-1)
         token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, W-1]
         comp_len = [len(r.ids) - r.start for r in rows]
@@ -276,8 +319,15 @@ class Trainer:
         }
         t_update = time.perf_counter()
         stats.timings["old_logprobs"] = t_update - t_old
+        checkpointing = bool(getattr(self.model, "is_gradient_checkpointing", False))
         for _ in range(self.config.num_iterations):
+            lr = self.config.learning_rate * lr_factor(self.policy_version, self.config)
+            for param_group in self.optimizer.param_groups:
+                param_group["lr"] = lr
+            stats.learning_rate = lr
             self.optimizer.zero_grad(set_to_none=True)
+            if checkpointing:
+                _train_mode_without_dropout(self.model)
             loss_total, clip_tokens, kl_tokens = 0.0, 0.0, 0.0
             for i, mb in enumerate(micro):
                 lp, mask = self._logprobs(self.model, mb)
@@ -297,6 +347,7 @@ class Trainer:
                 loss_total += float(out.loss.detach())
                 clip_tokens += out.clip_frac * out.n_tokens
                 kl_tokens += out.kl * out.n_tokens
+            self.model.eval()
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 self.model.parameters(), self.config.max_grad_norm
             )

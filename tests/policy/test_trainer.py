@@ -191,7 +191,47 @@ def test_state_dict_for_sampler_shares_tensors() -> None:
 
 
 def test_overlong_foreign_completions_are_left_out() -> None:
-    trainer = _trainer(max_completion_tokens=5)
+    model, tok = build_tiny("builtin:tiny")
+    trainer = Trainer(model, tok, TrainConfig(max_completion_tokens=5), "cpu")  # no budget
     group = TrainGroup("3+4=", ["7", "ab" * 50, "3"], [1.0, 1.0, 0.0], local=False)
     stats = trainer.step([group])
-    assert (stats.n_too_long, stats.n_sequences, stats.n_groups) == (1, 2, 1)
+    assert (stats.n_too_long, stats.n_truncated, stats.n_sequences, stats.n_groups) == (
+        1,
+        0,
+        2,
+        1,
+    )
+
+
+def test_foreign_completions_are_cut_to_the_local_budget_without_eos() -> None:
+    trainer = _trainer(foreign_eos=True)  # local max_new_tokens = 4
+    eos = trainer.tokenizer.eos_token_id
+    group = TrainGroup(
+        "3+4=", ["7", "abab", "ab" * 50], [1.0, 0.0, 0.0], local=False, finished=[True] * 3
+    )
+    rows = trainer._rows(group, stats := StepStats())
+    assert [len(r.ids) - r.start for r in rows] == [2, 4, 4]
+    assert rows[0].ids[-1] == eos  # "7" + EOS fits the budget
+    assert eos not in rows[1].ids[rows[1].start :]  # "abab" + EOS would be 5 tokens: cut
+    assert eos not in rows[2].ids[rows[2].start :]
+    assert stats.n_truncated == 2
+
+
+def test_oversized_groups_weigh_as_one_local_group() -> None:
+    trainer = _trainer()  # SamplerConfig() default group size 8
+    small = TrainGroup("3+4=", ["7", "3"] * 4, [1.0, 0.0] * 4, local=False)  # G' = 8
+    big = TrainGroup("3+4=", ["7", "3"] * 16, [1.0, 0.0] * 16, local=False)  # G' = 32
+    adv_small = [r.advantage for r in trainer._rows(small)]
+    weighted = [r.advantage for r in trainer._rows(big)]
+    trainer.group_size = None
+    unweighted = [r.advantage for r in trainer._rows(big)]
+    assert weighted == pytest.approx([a * 8 / 32 for a in unweighted])
+    # so the big group's total weight is about one local group's
+    assert sum(map(abs, weighted)) == pytest.approx(sum(map(abs, adv_small)), rel=0.1)
+
+
+def test_learning_rate_follows_warmup_and_schedule() -> None:
+    trainer = _trainer(warmup_steps=2, lr_schedule="linear", schedule_steps=4, min_lr_ratio=0.5)
+    group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0})
+    lrs = [trainer.step([group]).learning_rate for _ in range(5)]
+    assert lrs == pytest.approx([5e-4, 1e-3, 1e-3, 0.75e-3, 0.5e-3])

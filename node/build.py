@@ -57,7 +57,7 @@ def build_node(
         capabilities=("rollouts",),
         # Peers choose the tasks we regenerate and the text we score: never on the loop.
         # A node with J = 0 re-scores nothing, so it starts no worker processes.
-        rescorer=RescoreWorkers.from_config(config.rewards)
+        rescorer=RescoreWorkers.from_config(learner.rewards_config)
         if config.sapo.external_groups > 0
         else None,
     )

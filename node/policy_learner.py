@@ -30,7 +30,7 @@ from policy.precision import compute_dtype, configure_threads
 from policy.prompts import PromptRenderer
 from policy.sampler import SamplingParams, make_sampler, stop_token_ids
 from policy.trainer import Trainer, TrainGroup
-from rewards.registry import score_group
+from rewards.registry import resolve_answer_format, score_group
 from rewards.tasks import make_task
 from swarm.config import NodeConfig
 from swarm.errors import ConfigError
@@ -65,7 +65,9 @@ class PolicyLearner:
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
         self.foreign_eos = config.train.foreign_eos
-        self.rewards_config = config.rewards
+        self.rewards_config = resolve_answer_format(config.rewards, self.renderer.mode == "chat")
+        """The rewards config with `answer_format` resolved for this model's prompts (the
+        node re-scores peers' groups with the same)."""
         self.deltas = (
             DeltaExchange(
                 config.deltas, self.model_family, model_params(self.model), self.policy_version

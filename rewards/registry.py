@@ -2,10 +2,16 @@
 
 `score(task, completion, config) = correctness + config.format_weight * format`, where
 - the answer is `extract_answer(completion)`: the content of the last complete
-  `<answer>...</answer>` pair if the completion has one, else its first line; stripped;
-  `None` when empty (scores 0 and fails the format check);
+  `<answer>...</answer>` pair if the completion has one (stripped; an empty block is the
+  answer "", which some tasks expect), else its stripped first line, `None` when that is
+  empty (no answer: scores 0);
 - correctness is the registry entry `config.correctness` (see `CORRECTNESS`), in [0, 1];
-- format is 1.0 when the extracted answer fully matches the source's `answer_pattern`.
+- format (`format_reward`) is 1.0 only for a well-formed answer in the configured
+  `answer_format`: `answer_block` needs a complete block whose stripped content fully
+  matches the source's `answer_pattern`; `first_line` needs the bare first line to match
+  it (no block). A source whose question asks for the block (`needs_answer_block`,
+  reasoning-gym) always needs it. `auto` must be resolved by the caller
+  (`resolve_answer_format`); unresolved it means `first_line`.
 
 Invariants:
 - Pure: a function of (task, completion, config) only; the task is regenerated from its
@@ -48,9 +54,23 @@ _OPEN, _CLOSE = "<answer>", "</answer>"
 def extract_answer(completion: str) -> str | None:
     """The answer a completion gives (see the module docstring), or None."""
     tagged = _last_tagged(completion)
-    text = tagged if tagged is not None else completion.split("\n", 1)[0]
-    text = text.strip()
-    return text or None
+    if tagged is not None:
+        return tagged.strip()
+    return completion.split("\n", 1)[0].strip() or None
+
+
+def answer_block(completion: str) -> str | None:
+    """The stripped content of the last complete answer block, or None."""
+    tagged = _last_tagged(completion)
+    return tagged.strip() if tagged is not None else None
+
+
+def resolve_answer_format(config: RewardsConfig, chat: bool) -> RewardsConfig:
+    """`config` with `answer_format = auto` resolved for a node whose prompts use a chat
+    template (`chat`) or not."""
+    if config.answer_format != "auto":
+        return config
+    return config.model_copy(update={"answer_format": "answer_block" if chat else "first_line"})
 
 
 def _last_tagged(text: str) -> str | None:
@@ -254,17 +274,23 @@ def correctness(task: Task, completion: str, config: RewardsConfig) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-def format_reward(task: Task, completion: str) -> float:
-    """1.0 when the extracted answer fully matches the source's answer pattern."""
+def format_reward(task: Task, completion: str, answer_format: str = "first_line") -> float:
+    """1.0 for a well-formed answer in `answer_format` (see the module docstring)."""
     source = get_source(task.ref.source)
-    return 1.0 if answer_matches_format(source, extract_answer(completion)) else 0.0
+    if answer_format == "answer_block" or source.needs_answer_block:
+        answer = answer_block(completion)
+    elif _last_tagged(completion) is not None:
+        return 0.0  # first_line asks for a bare answer
+    else:
+        answer = extract_answer(completion)
+    return 1.0 if answer_matches_format(source, answer) else 0.0
 
 
 def score(task: Task, completion: str, config: RewardsConfig) -> float:
     """Correctness plus the weighted format reward (see the module docstring)."""
     value = correctness(task, completion, config)
     if config.format_weight > 0:
-        value += config.format_weight * format_reward(task, completion)
+        value += config.format_weight * format_reward(task, completion, config.answer_format)
     return value
 
 

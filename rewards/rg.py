@@ -111,7 +111,8 @@ def _entry(name: str, seed: int, index: int) -> dict[str, Any]:
 class RgSource:
     """One usable reasoning-gym dataset as a `TaskSource`."""
 
-    answer_pattern = r"(?s).*\S.*"
+    answer_pattern = r"(?s).*"  # any content, even empty: `ab` has empty answers
+    needs_answer_block = True  # the question asks for the block (ANSWER_INSTRUCTION)
     slow_scoring = True
 
     def __init__(self, dataset: str) -> None:

@@ -61,14 +61,16 @@ class TaskSource(Protocol):
     """A deterministic generator of tasks.
 
     `answer_pattern` is a regular expression a well-formed answer fully matches (used by
-    the optional format reward). `score_answer(task, answer)` is the source's own
-    correctness in [0, 1] for an already extracted answer; `slow_scoring` says whether it
+    the optional format reward); `needs_answer_block` says the question itself asks for
+    the `<answer>` block, so the format reward requires it in every mode.
+    `score_answer(task, answer)` is the source's own correctness in [0, 1] for an already extracted answer; `slow_scoring` says whether it
     may run long and so needs a time limit. `max_index` is the largest index `make`
     accepts (task streams wrap to a new derived seed beyond it).
     """
 
     name: str
     answer_pattern: str
+    needs_answer_block: bool
     slow_scoring: bool
     max_index: int
 
@@ -87,6 +89,7 @@ class BuiltinSource:
     """A built-in generator: `generate(rng) -> (prompt, answer)` over a private RNG."""
 
     slow_scoring = False
+    needs_answer_block = False
     max_index = MAX_SEED
 
     def __init__(

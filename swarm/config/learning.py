@@ -160,6 +160,12 @@ class RewardsConfig(StrictModel):
     scorer, e.g. reasoning-gym's `score_answer`), `exact` or `numeric`."""
     format_weight: float = Field(0.0, ge=0, le=1)
     """Weight of the optional format reward added to correctness."""
+    answer_format: Literal["auto", "answer_block", "first_line"] = "auto"
+    """What the format reward asks for: `answer_block` (a complete `<answer>...</answer>`
+    whose content fits the task's answer pattern), `first_line` (the bare first line fits
+    it; for models trained without a template), or `auto` (`answer_block` when prompts use
+    a chat template, else `first_line`). Reasoning-gym tasks always need the block.
+    Correctness reads either form in every mode."""
     timeout_s: float = Field(2.0, gt=0)
     """Time limit for any single reward computation that may run long (it then scores 0;
     the computation runs in a worker process that is killed at the limit)."""

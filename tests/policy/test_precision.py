@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -20,7 +22,7 @@ def test_schedule_is_warmup_then_decay_to_the_floor() -> None:
     assert factors[4] == pytest.approx(1.0)
     assert factors[9] == pytest.approx(0.2 + 0.8 * 0.5)  # half way: cosine midpoint
     assert factors[14:] == pytest.approx([0.2] * 6)
-    assert all(a >= b for a, b in zip(factors[3:], factors[4:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(factors[3:]))
     assert lr_factor(100, TrainConfig()) == 1.0
 
 

@@ -13,6 +13,7 @@ from rewards.registry import (
     format_reward,
     live_reward_threads,
     register_correctness,
+    resolve_answer_format,
     reward_counters,
     score,
     score_group,
@@ -34,6 +35,7 @@ from tests.rewards import slow_source
         ("think... <answer> 12 </answer> more <answer>13</answer>", "13"),
         ("<answer>\n5\n</answer>", "5"),
         ("<answer>unclosed", "<answer>unclosed"),
+        ("<answer> </answer>", ""),  # an empty block is an answer
     ],
 )
 def test_extract_answer(completion: str, answer: str | None) -> None:
@@ -73,6 +75,30 @@ def test_format_reward_is_added_with_its_weight() -> None:
     assert score(task, "11", cfg) == 1.5
     assert score(task, "12", cfg) == 0.5
     assert score(task, "x", cfg) == 0.0
+    assert format_reward(task, "<answer>11</answer>") == 0.0  # first_line wants it bare
+
+
+def test_format_reward_needs_a_well_formed_answer_block() -> None:
+    task = _add_task()
+    assert format_reward(task, "so <answer> 3 </answer>", "answer_block") == 1.0
+    assert format_reward(task, "<answer>3a</answer>", "answer_block") == 0.0
+    assert format_reward(task, "3", "answer_block") == 0.0
+    assert format_reward(task, "<answer>3", "answer_block") == 0.0
+    cfg = RewardsConfig(format_weight=0.5, answer_format="answer_block")
+    assert score(task, "<answer>11</answer>", cfg) == 1.5
+    assert score(task, "11", cfg) == 1.0  # correct either way; formatted only in a block
+    rg = make_task(TaskRef("rg:basic_arithmetic", 0, 1))
+    for fmt in ("first_line", "answer_block"):  # rg questions ask for the block
+        assert format_reward(rg, "any text at all", fmt) == 0.0
+        assert format_reward(rg, "<answer></answer>", fmt) == 1.0
+
+
+def test_resolve_answer_format_follows_the_prompt_mode() -> None:
+    cfg = RewardsConfig()
+    assert resolve_answer_format(cfg, chat=True).answer_format == "answer_block"
+    assert resolve_answer_format(cfg, chat=False).answer_format == "first_line"
+    fixed = RewardsConfig(answer_format="first_line")
+    assert resolve_answer_format(fixed, chat=True).answer_format == "first_line"
 
 
 def test_reasoning_gym_scored_by_its_own_scorer_through_the_registry() -> None:
@@ -167,8 +193,15 @@ def test_extract_answer_matches_the_regex_and_stays_linear_on_hostile_text() -> 
     for _ in range(5000):
         text = "".join(rng.choice(parts) for _ in range(rng.randrange(30)))
         found = pattern.findall(text)
-        expected = found[-1].strip() if found else text.split("\n", 1)[0].strip()
-        assert extract_answer(text) == (expected or None), text
+        expected = found[-1].strip() if found else text.split("\n", 1)[0].strip() or None
+        assert extract_answer(text) == expected, text
     start = time.process_time()
     extract_answer("<answer>" * 8192)  # 64 KB: quadratic for the regex (seconds)
     assert time.process_time() - start < 0.2
+
+
+def test_an_empty_answer_block_can_be_the_right_answer() -> None:
+    task = make_task(TaskRef("rg:ab", 0, 38))  # one of reasoning-gym ab's empty answers
+    assert task.answer == ""
+    assert score(task, "<answer></answer>", RewardsConfig()) == 1.0
+    assert score(task, "<answer>A#</answer>", RewardsConfig()) == 0.0

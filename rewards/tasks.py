@@ -63,8 +63,9 @@ class TaskSource(Protocol):
     `answer_pattern` is a regular expression a well-formed answer fully matches (used by
     the optional format reward); `needs_answer_block` says the question itself asks for
     the `<answer>` block, so the format reward requires it in every mode.
-    `score_answer(task, answer)` is the source's own correctness in [0, 1] for an already extracted answer; `slow_scoring` says whether it
-    may run long and so needs a time limit. `max_index` is the largest index `make`
+    `score_answer(task, answer)` is the source's own correctness in [0, 1] for an already
+    extracted answer; `slow_scoring` says whether it may run long and so needs a time
+    limit. `max_index` is the largest index `make`
     accepts (task streams wrap to a new derived seed beyond it).
     """
 

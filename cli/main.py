@@ -99,15 +99,24 @@ def init(
     swarm_id: Annotated[str, typer.Option(help="Swarm to join.")] = "swarm-demo",
     transport: Annotated[str, typer.Option(help="libp2p | mqtt | memory")] = "libp2p",
     data_dir: Annotated[Path | None, typer.Option(help="Data dir (default runs/<name>).")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Draw the node's model/task seeds from this (default: at random)."),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
 ) -> None:
-    """Write a commented node config with every option and its default."""
+    """Write a commented node config: every option, fresh seeds, settings that learn."""
     if path.exists() and not force:
         raise ConfigError(f"{path}: already exists; pass --force to overwrite it")
-    from node.build import apply_overrides
+    import random
 
-    config = apply_overrides(
-        NodeConfig(),
+    from node.build import apply_overrides
+    from node.starter import fresh_seeds, learning_settings, merge
+
+    rng = random.Random(seed) if seed is not None else None
+    overrides = merge(
+        learning_settings(),
+        fresh_seeds(rng),
         {
             "node": {
                 "name": name,
@@ -116,8 +125,8 @@ def init(
             },
             "transport": {"type": transport},
         },
-        "swarm init",
     )
+    config = apply_overrides(NodeConfig(), overrides, "swarm init")
     notes = {
         "transport": 'Choose type = "libp2p" (default, peer to peer), "mqtt" (through a broker:\n'
         'host, port) or "memory" (tests). Each type has its own keys.'
@@ -232,9 +241,7 @@ def join(
     ] = False,
     wait_peers: Annotated[
         int,
-        typer.Option(
-            min=0, help="Before the first round, wait until this many peers said hello."
-        ),
+        typer.Option(min=0, help="Before the first round, wait until this many peers said hello."),
     ] = 0,
     wait_timeout: Annotated[
         float,

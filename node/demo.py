@@ -25,6 +25,7 @@ from rich.table import Table
 
 from node.metrics import read_metrics
 from node.progress import summarize
+from node.starter import learning_settings, merge
 from swarm.identity import write_key_file
 
 
@@ -37,34 +38,34 @@ def free_port() -> int:
 def demo_config(
     index: int, out: Path, port: int, bootstrap: list[str], rounds: int
 ) -> dict[str, Any]:
-    """The demo node's config: tiny model from scratch on the `digit` task (echo a digit:
-    it must learn to read its prompt, answer and stop), SAPO 4 local / 4 external."""
-    return {
-        "node": {
-            "name": f"node-{index}",
-            "swarm_id": "swarm-demo",
-            "data_dir": str(out / f"node-{index}"),
-            "checkpoint_every": max(rounds // 2, 1),
+    """The demo node's config: `swarm init`'s learning settings (tiny model from scratch
+    on the `digit` task), fixed seeds per index, SAPO 4 local / 4 external."""
+    return merge(
+        learning_settings(),
+        {
+            "node": {
+                "name": f"node-{index}",
+                "swarm_id": "swarm-demo",
+                "data_dir": str(out / f"node-{index}"),
+                "checkpoint_every": max(rounds // 2, 1),
+            },
+            "transport": {
+                "type": "libp2p",
+                "listen": f"/ip4/127.0.0.1/tcp/{port}",
+                "bootstrap": bootstrap,
+            },
+            "model": {"seed": index},
+            "tasks": {"seed": 1000 + index},
+            # A peer's group is used for up to 4 of our own rounds after it arrived, and while
+            # at most 4 versions behind what its sender runs now (both measured locally).
+            "sapo": {
+                "local_groups": 4,
+                "external_groups": 4,
+                "max_staleness": 4,
+                "max_version_lag": 4,
+            },
         },
-        "transport": {
-            "type": "libp2p",
-            "listen": f"/ip4/127.0.0.1/tcp/{port}",
-            "bootstrap": bootstrap,
-        },
-        "model": {"name_or_path": "builtin:tiny", "seed": index},
-        "tasks": {"seed": 1000 + index, "mixture": [{"source": "digit", "weight": 1.0}]},
-        "sampler": {"group_size": 8, "max_new_tokens": 2},
-        "train": {"learning_rate": 3e-4},
-        "rewards": {"format_weight": 0.5},
-        # A peer's group is used for up to 4 of our own rounds after it arrived, and while
-        # at most 4 versions behind what its sender runs now (both measured locally).
-        "sapo": {
-            "local_groups": 4,
-            "external_groups": 4,
-            "max_staleness": 4,
-            "max_version_lag": 4,
-        },
-    }
+    )
 
 
 def write_configs(nodes: int, rounds: int, out: Path) -> list[Path]:

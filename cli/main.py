@@ -346,6 +346,37 @@ def status(
 
 @app.command()
 @user_errors
+def samples(
+    data_dir: Annotated[Path, typer.Argument(help="A node's data dir (holds samples.jsonl).")],
+    last: Annotated[int, typer.Option(help="Show the last N groups.")] = 3,
+) -> None:
+    """Show recent completions with their rewards (from `<data_dir>/samples.jsonl`)."""
+    from node.samples import read_samples
+
+    records = read_samples(data_dir / "samples.jsonl", last)
+    if not records:
+        raise ConfigError(
+            f"{data_dir}: no samples.jsonl yet (is this a node's data_dir? "
+            "node.samples_keep = 0 writes none)"
+        )
+    for record in records:
+        task = record["task"]
+        console.print(
+            f"[bold]round {record['round']} v{record['policy_version']}[/bold]  "
+            f"{task['source']} seed {task['seed']} #{task['index']}",
+            highlight=False,
+        )
+        console.print(f"  prompt: {record['prompt']!r}", markup=False, highlight=False)
+        finished = record.get("finished") or [None] * len(record["completions"])
+        for text, reward, done in zip(
+            record["completions"], record["rewards"], finished, strict=True
+        ):
+            end = "" if done is None else (" [EOS]" if done else " [cut]")
+            console.print(f"  {reward:6.3f}  {text!r}{end}", markup=False, highlight=False)
+
+
+@app.command()
+@user_errors
 def peers(
     config_path: ConfigOpt = Path("node.toml"),
     seconds: Annotated[float, typer.Option(help="How long to listen (0 = until Ctrl-C).")] = 0.0,

@@ -87,10 +87,7 @@ def node_state_problem(state: Any, directory: Path | None = None) -> str | None:
         return f"rounds_done is {state.get('rounds_done')!r}, not a count"
     senders = state.get("senders", {})
     if not isinstance(senders, dict) or not all(
-        isinstance(k, str)
-        and isinstance(v, list)
-        and len(v) == 2
-        and all(_is_count(x) for x in v)
+        isinstance(k, str) and isinstance(v, list) and len(v) == 2 and all(_is_count(x) for x in v)
         for k, v in senders.items()
     ):
         return "senders is not {peer id: [seq, policy_version]}"

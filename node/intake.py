@@ -49,6 +49,7 @@ NOT_THE_PEERS_FAULT = frozenset(
         "pending_full",
         "deltas_disabled",
         "foreign_task",
+        "held_out_task",
         "admission_full",
         "rescore_queue_full",
         "nondeterministic_task",
@@ -89,6 +90,7 @@ class Intake:
         clock: Clock,
         offload: Offload,
         on_event: Callable[[str, dict[str, Any]], None] | None,
+        held_out_seeds: frozenset[int] = frozenset(),
     ) -> None:
         self.gossip = gossip
         self.learner = learner
@@ -104,6 +106,8 @@ class Intake:
             if config.tasks.accept_foreign
             else frozenset(spec.source for spec in config.tasks.mixture)
         )
+        self.held_out_seeds = held_out_seeds
+        """Task seeds of our held-out set: never trained on (`node.evaluation`)."""
         self.sender_versions = SenderVersions(MAX_PEERS_TRACKED)
         self.drops: Counter[str] = Counter()
         self.peer_faults: Counter[str] = Counter()
@@ -169,6 +173,9 @@ class Intake:
         for group in admission.message.groups:
             if self.own_sources is not None and group.task.source not in self.own_sources:
                 self.drop("foreign_task", sender)  # counted, not blamed
+                continue
+            if group.task.seed in self.held_out_seeds:
+                self.drop("held_out_task", sender)  # counted, not blamed
                 continue
             try:
                 rescored = await self.rescorer.rescore(group)

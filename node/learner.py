@@ -64,6 +64,18 @@ class TrainResult:
     train_s: float = 0.0
 
 
+@dataclass
+class EvalResult:
+    """Greedy decoding on held-out tasks."""
+
+    accuracy: float
+    """Mean correctness (no format reward) in [0, 1]."""
+    n: int
+    seconds: float = 0.0
+    finished: float = 0.0
+    """Share of answers that ended with EOS within the budget."""
+
+
 class Learner(Protocol):
     model_id: str
     model_family: str
@@ -74,6 +86,10 @@ class Learner(Protocol):
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult: ...
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult: ...
+
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
+        """Greedy accuracy on `refs` (no training, no RNG drawn)."""
+        ...
 
     def receive_delta(
         self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int

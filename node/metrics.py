@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import statistics
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,22 @@ log = logging.getLogger("swarm.node.metrics")
 
 def histogram(values: list[int]) -> dict[str, int]:
     return {str(k): v for k, v in sorted(Counter(values).items())}
+
+
+def mean_or_none(values: Iterable[float]) -> float | None:
+    items = list(values)
+    return statistics.fmean(items) if items else None
+
+
+def round_seconds(**phases: float) -> dict[str, float]:
+    """A round's time split: the phases given (one of them `total`, publish being only
+    the part not hidden behind training) plus `other`, the rest of `total`."""
+    total = phases["total"]
+    work = sum(v for k, v in phases.items() if k != "total")
+    out = {k: round(v, 4) for k, v in phases.items() if k != "total"}
+    out["other"] = round(max(total - work, 0.0), 4)
+    out["total"] = round(total, 4)
+    return out
 
 
 def _complete_length(fd: int) -> int:

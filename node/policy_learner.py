@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from node.deltas import DeltaExchange, model_params
-from node.learner import ExternalGroup, LocalGroup, SampleResult, TrainResult
+from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
 from node.rescore import Refused
 from policy.checkpoint import (
     load_checkpoint,
@@ -29,8 +29,9 @@ from policy.loading import load_policy_model, model_family, resolve_device
 from policy.precision import compute_dtype, configure_threads
 from policy.prompts import PromptRenderer
 from policy.sampler import SamplingParams, make_sampler, stop_token_ids
+from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer, TrainGroup
-from rewards.registry import resolve_answer_format, score_group
+from rewards.registry import correctness, resolve_answer_format, score_group
 from rewards.tasks import make_task
 from swarm.config import NodeConfig
 from swarm.errors import ConfigError
@@ -39,7 +40,9 @@ from swarm.messages import DeltaPacket, TaskRef
 
 class PolicyLearner:
     def __init__(self, config: NodeConfig) -> None:
-        self.threads = configure_threads(config.model.threads)
+        self.threads = configure_threads(
+            config.model.threads, config.model.name_or_path.startswith(BUILTIN_PREFIX)
+        )
         torch.manual_seed(config.model.seed)
         self.model, self.tokenizer = load_policy_model(config.model)
         self.model_id = config.model.name_or_path
@@ -100,12 +103,28 @@ class PolicyLearner:
                     token_ids=tuple(tuple(c.token_ids) for c in completions),
                     sampler_logprobs=tuple(tuple(c.logprobs) for c in completions),
                     finished=tuple(
-                        bool(c.token_ids) and c.token_ids[-1] in self.stop_ids
-                        for c in completions
+                        bool(c.token_ids) and c.token_ids[-1] in self.stop_ids for c in completions
                     ),
                 )
             )
         return SampleResult(groups, sampled - start, time.perf_counter() - sampled)
+
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
+        start = time.perf_counter()
+        tasks = [make_task(ref) for ref in refs]
+        greedy = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+        outputs = self.sampler.generate([t.prompt for t in tasks], 1, greedy, seed=0)
+        scores = [
+            correctness(task, completions[0].text, self.rewards_config)
+            for task, completions in zip(tasks, outputs, strict=True)
+        ]
+        ended = [bool(c[0].token_ids) and c[0].token_ids[-1] in self.stop_ids for c in outputs]
+        return EvalResult(
+            accuracy=sum(scores) / max(len(scores), 1),
+            n=len(scores),
+            seconds=time.perf_counter() - start,
+            finished=sum(ended) / max(len(ended), 1),
+        )
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
         start = time.perf_counter()

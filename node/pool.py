@@ -83,9 +83,7 @@ class RolloutPool:
             self.evicted["too_large"] += 1
             return "too_large"
         self._arrivals += 1
-        self.entries.append(
-            PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals)
-        )
+        self.entries.append(PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals))
         self.bytes_held += size
         while len(self.entries) > self.max_groups or self.bytes_held > self.max_bytes:
             held = Counter(e.sender for e in self.entries)

@@ -42,7 +42,10 @@ def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
     for record in records:
         seconds.update(record["seconds"])
     work = seconds["sample"] + seconds["score"] + seconds["train"]
+    evals = [(r["round"], r["eval"]) for r in records if r.get("eval")]
     return {
+        "eval_first": evals[0] if evals else None,
+        "eval_last": evals[-1] if evals else None,
         "rounds": final["round"],
         "policy_version": final["policy_version"],
         "peers": final.get("peers", 0),
@@ -81,6 +84,13 @@ def status_table(data_dir: Path, last: int) -> Table:
     table.add_row(f"mean reward, first {last} rounds", _fmt(s["reward_first"]))
     table.add_row(f"mean reward, last {last} rounds", _fmt(s["reward_last"]))
     table.add_row("cumulative reward", f"{s['cumulative_reward']:.2f}")
+    for label, entry in (("first", s["eval_first"]), ("latest", s["eval_last"])):
+        if entry is not None:
+            rnd, ev = entry
+            table.add_row(
+                f"held-out accuracy, {label} (v{ev['policy_version']}, round {rnd})",
+                f"{ev['accuracy']:.3f} of {ev['n']} (greedy; {100 * ev['finished']:.0f}% ended)",
+            )
     table.add_row("external groups used", str(s["external_groups"]))
     for sender, count in sorted(s["external_by_sender"].items()):
         table.add_row(f"  from {sender[:16]}…", str(count))
@@ -101,9 +111,7 @@ def status_table(data_dir: Path, last: int) -> Table:
                 else "heard"
             )
             reasons = ", ".join(f"{k}: {v}" for k, v in info["reasons"].items())
-            table.add_row(
-                f"  {peer[:16]}… score {info['score']:.1f}", f"{state}; {reasons or '-'}"
-            )
+            table.add_row(f"  {peer[:16]}… score {info['score']:.1f}", f"{state}; {reasons or '-'}")
     if s["overhead_fraction"] is not None:
         table.add_row("time outside sample/score/train", f"{100 * s['overhead_fraction']:.1f}%")
     return table

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -40,10 +39,12 @@ from typing import Any
 
 from gossip.layer import Gossip, Received
 from node import checkpoints
+from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner
-from node.metrics import MetricsWriter, histogram
+from node.metrics import MetricsWriter, histogram, mean_or_none, round_seconds
 from node.pool import RolloutPool
+from node.samples import SamplesLog, group_records
 from node.supervise import supervise
 from node.workers import InlineRescorer, Rescorer
 from rewards.mixture import TaskStream
@@ -112,8 +113,17 @@ class Node:
             seed=config.tasks.seed,
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
+        self.held_out = HeldOut(config)
         self.intake = Intake(
-            config, gossip, learner, self.pool, self.rescorer, clock, offload, on_event
+            config,
+            gossip,
+            learner,
+            self.pool,
+            self.rescorer,
+            clock,
+            offload,
+            on_event,
+            held_out_seeds=self.held_out.seeds,
         )
         # The intake's tables, under the names the node has always shown.
         self.sender_versions = self.intake.sender_versions
@@ -134,6 +144,7 @@ class Node:
             else None
         )
         self._metrics: MetricsWriter | None = None
+        self._samples: SamplesLog | None = None
         self._wait_s = 0.0
         self.checkpoint_errors = 0  # failed checkpoint writes (disk full, I/O error, ...)
         self.last_checkpoint_error: str | None = None
@@ -253,6 +264,10 @@ class Node:
         if on_started is not None:
             on_started()
         self._metrics = MetricsWriter(self.data_dir / "metrics.jsonl")
+        if self.config.node.samples_keep > 0:
+            self._samples = SamplesLog(
+                self.data_dir / "samples.jsonl", self.config.node.samples_keep
+            )
         self._admissions = asyncio.Queue(ADMISSION_QUEUE)
         background = {"receive": self._receive_loop(), "announce": self._announce_loop()}
         for i in range(ADMISSION_WORKERS):
@@ -325,7 +340,9 @@ class Node:
         if len(self.peers) < count:
             log.warning(
                 "waited %.0f s for %d peer(s), have %d: starting anyway",
-                timeout_s, count, len(self.peers),
+                timeout_s,
+                count,
+                len(self.peers),
             )
 
     async def _round_loop(self, rounds: int | None, wait_peers: int, wait_timeout_s: float) -> None:
@@ -338,9 +355,20 @@ class Node:
             await self.run_round()
         await self.checkpoint()
 
+    async def _maybe_evaluate(self) -> dict[str, Any] | None:
+        """Held-out greedy accuracy at the start of every `eval.every`-th round (round 0:
+        before any training), off the loop."""
+        if not self.held_out.due(self.rounds_done):
+            return None
+        result = await self.offload(
+            self.learner.evaluate, self.held_out.refs, self.held_out.max_new_tokens
+        )
+        return eval_record(result, self.learner.policy_version)
+
     async def run_round(self) -> dict[str, Any]:
         sapo = self.config.sapo
         start = self.timer()
+        evaluation = await self._maybe_evaluate()
         refs = self.tasks.next_refs(sapo.local_groups)
         # Distinct per node (task seed) even when nodes share one initial model.
         seed = (
@@ -404,31 +432,18 @@ class Node:
         publish_s = self.timer() - publish_start  # only the part not hidden behind training
         if external and self.first_external_round is None:
             self.first_external_round = self.rounds_done + 1
-            after = self.clock.now() - (self.started_at or self.clock.now())
-            log.info(
-                "first external group used in round %d (%.1f s after start)",
-                self.first_external_round,
-                after,
-            )
+            after = round(self.clock.now() - (self.started_at or self.clock.now()), 3)
+            log.info("first external group used in round %d (%.1f s after start)",
+                     self.first_external_round, after)  # fmt: skip
             if self.on_event is not None:
-                self.on_event(
-                    "first_external_group",
-                    {
-                        "round": self.first_external_round,
-                        "after_s": round(after, 3),
-                        "groups": len(external),
-                    },
-                )
+                info = {"round": self.first_external_round, "after_s": after}
+                self.on_event("first_external_group", {**info, "groups": len(external)})
         self.rounds_done += 1
         checkpoint_start = self.timer()
         if self.rounds_done % self.config.node.checkpoint_every == 0:
             await self.checkpoint()
         checkpoint_s = self.timer() - checkpoint_start
 
-        local_rewards = [r for g in sampled.groups for r in g.rewards]
-        external_rewards = [r for e in external for r in e.rewards]
-        total_s = self.timer() - start
-        work_s = sampled.sample_s + sampled.score_s + trained.train_s + checkpoint_s + delta_s
         counters = self.gossip.counters.snapshot()
         record: dict[str, Any] = {
             "round": self.rounds_done,
@@ -437,10 +452,8 @@ class Node:
             "local_groups": len(sampled.groups),
             "external_groups": len(external),
             "external_by_sender": dict(Counter(e.sender for e in external)),
-            "mean_local_reward": statistics.fmean(local_rewards) if local_rewards else None,
-            "mean_external_reward": statistics.fmean(external_rewards)
-            if external_rewards
-            else None,
+            "mean_local_reward": mean_or_none(r for g in sampled.groups for r in g.rewards),
+            "mean_external_reward": mean_or_none(r for e in external for r in e.rewards),
             "age": histogram(chosen_ages),
             "version_lag": histogram(chosen_lags),
             "pool_groups": len(self.pool),
@@ -456,21 +469,25 @@ class Node:
             "metrics_dropped": self._metrics.dropped if self._metrics is not None else 0,
             "bytes_in": counters["bytes_in"],
             "bytes_out": counters["bytes_out"],
-            "seconds": {
-                "sample": round(sampled.sample_s, 4),
-                "score": round(sampled.score_s, 4),
-                "train": round(trained.train_s, 4),
-                "publish": round(publish_s, 4),
-                "checkpoint": round(checkpoint_s, 4),
-                "deltas": round(delta_s, 4),
-                "other": round(max(total_s - work_s - publish_s, 0.0), 4),
-                "total": round(total_s, 4),
-            },
+            "seconds": round_seconds(
+                sample=sampled.sample_s,
+                score=sampled.score_s,
+                train=trained.train_s,
+                publish=publish_s,
+                checkpoint=checkpoint_s,
+                deltas=delta_s,
+                total=self.timer() - start,
+            ),
             "train": trained.stats,
             "deltas": deltas_record,
+            "eval": evaluation,
         }
         if self._metrics is not None:
             self._metrics.write(record)
+        if self._samples is not None:
+            self._samples.append(
+                group_records(self.rounds_done, record["policy_version"], sampled.groups)
+            )
         if self.on_round is not None:
             self.on_round(RoundReport(self.rounds_done, record))
         return record

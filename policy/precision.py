@@ -10,15 +10,14 @@ Invariants:
   transformers sampler runs inside it, so both see the same numerics.
 - `lr_factor` is a pure function of the optimizer step: linear warm-up from 0, then
   constant or a linear / cosine decay to `min_lr_ratio` at `schedule_steps`, held after.
-- `configure_threads(n)` sets torch's intra-op threads once per process (0: one per core
-  this process may run on, at most 8).
+- `configure_threads(n, small_model)` sets torch's intra-op threads for the process
+  (0: one for the built-in models, else torch's default, which `OMP_NUM_THREADS` sets).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Iterator
 
 import torch
@@ -26,7 +25,6 @@ import torch
 from swarm.config.learning import ModelConfig, TrainConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MAX_AUTO_THREADS = 8
 
 
 def compute_dtype(config: ModelConfig) -> torch.dtype:
@@ -49,17 +47,11 @@ def compute_context(
         yield
 
 
-def auto_threads() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_AUTO_THREADS))
-
-
-def configure_threads(threads: int) -> int:
-    """Set torch's CPU threads (0: `auto_threads()`); returns the number set."""
-    n = threads if threads > 0 else auto_threads()
+def configure_threads(threads: int, small_model: bool = False) -> int:
+    """Set torch's CPU threads: `threads` when > 0; for 0 (auto), one thread for a small
+    model (its ops are too small to split: more threads only contend), else torch's own
+    default (`OMP_NUM_THREADS`, or one per core). Returns the number in effect."""
+    n = threads if threads > 0 else (1 if small_model else torch.get_num_threads())
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n

@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from node.learner import ExternalGroup, Learner, LocalGroup, SampleResult, TrainResult
+from node.learner import (
+    EvalResult,
+    ExternalGroup,
+    Learner,
+    LocalGroup,
+    SampleResult,
+    TrainResult,
+)
 from node.metrics import MetricsWriter
 from node.runner import Node
 from simnet.attackers import Attacker
@@ -123,6 +130,11 @@ class TimedLearner:
             for key, v in result.stats.items()
         }
         return TrainResult(stats, seconds)
+
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
+        result = self.inner.evaluate(refs, max_new_tokens)
+        result.seconds = 0.0  # measured wall time would break determinism
+        return result
 
     def receive_delta(
         self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int

@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from node.learner import ExternalGroup, LocalGroup, SampleResult, TrainResult
+from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
 from node.rescore import Refused
 from rewards.registry import score_group
 from rewards.tasks import make_task
@@ -65,6 +65,10 @@ class StubLearner:
             self.skill += self.rate * (1.0 - self.skill)
         self._version += 1
         return TrainResult({"informative_groups": informative, "skill": round(self.skill, 6)}, 0.0)
+
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
+        """The stub's greedy answer is right when its skill is above one half."""
+        return EvalResult(accuracy=1.0 if self.skill > 0.5 else 0.0, n=len(refs))
 
     def receive_delta(
         self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int

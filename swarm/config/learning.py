@@ -26,9 +26,10 @@ class ModelConfig(StrictModel):
     seed: int = 0
     """Seed for model init (builtin) and sampling."""
     threads: int = Field(0, ge=0, le=1024)
-    """torch CPU threads for this node (0: one per core this process may use, at most 8).
-    On a machine shared with other nodes or processes, set it: two processes that each use
-    every core run many times slower than with one thread each."""
+    """torch CPU threads for this node (0: one for the built-in models, whose ops are too
+    small to split; otherwise torch's default, one per core or `OMP_NUM_THREADS`). On a
+    machine shared with other nodes or busy processes, set it: two processes that each use
+    every core can run many times slower than with one thread each."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about 30% more time)."""
 

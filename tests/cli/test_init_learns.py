@@ -64,7 +64,7 @@ def test_init_then_train_learns_alone(tmp_path: Path) -> None:
     first, last = statistics.fmean(rewards[:20]), statistics.fmean(rewards[-20:])
     assert last > first + 0.2, (first, last)
     evals = [r["eval"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["eval"]]
-    assert [e["policy_version"] for e in evals][0] == 0 and len(evals) == 5  # every 25
+    assert evals[0]["policy_version"] == 0 and len(evals) == 5  # every 25 rounds
     assert evals[-1]["accuracy"] > evals[0]["accuracy"], evals
     shown = runner.invoke(app, ["samples", str(tmp_path / "run"), "--last", "2"])
     assert shown.exit_code == 0 and shown.output.count("round 120") == 2, shown.output

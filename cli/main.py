@@ -346,6 +346,36 @@ def status(
 
 @app.command()
 @user_errors
+def export(
+    run: Annotated[
+        Path, typer.Argument(help="A node's data dir (newest checkpoint) or one checkpoint dir.")
+    ],
+    out: Annotated[Path, typer.Argument(help="Folder to write (a Hugging Face model folder).")],
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="Cast weights: float32 | bfloat16 | float16 (default: as trained)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing folder.")] = False,
+) -> None:
+    """Export a checkpoint as a model folder `from_pretrained` loads (no optimizer state)."""
+    from node import checkpoints
+    from policy.checkpoint import CheckpointError
+    from policy.export import export_hf
+
+    checkpoint = run if (run / "manifest.json").is_file() else checkpoints.latest_valid(run)
+    if checkpoint is None:
+        raise ConfigError(
+            f"{run}: no valid checkpoint (give a node's data_dir or a checkpoint dir)"
+        )
+    try:
+        export_hf(checkpoint, out, dtype, overwrite=force)
+    except (CheckpointError, FileExistsError, ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    console.print(f"exported {checkpoint} -> {out}", soft_wrap=True, highlight=False)
+
+
+@app.command()
+@user_errors
 def samples(
     data_dir: Annotated[Path, typer.Argument(help="A node's data dir (holds samples.jsonl).")],
     last: Annotated[int, typer.Option(help="Show the last N groups.")] = 3,

@@ -67,6 +67,7 @@ class PolicyLearner:
         self.params = SamplingParams.from_config(config.sampler)
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
+        self.save_optimizer = config.node.checkpoint_optimizer
         self.foreign_eos = config.train.foreign_eos
         self.rewards_config = resolve_answer_format(config.rewards, self.renderer.mode == "chat")
         """The rewards config with `answer_format` resolved for this model's prompts (the
@@ -178,9 +179,10 @@ class PolicyLearner:
         save_checkpoint(
             directory,
             self.model,
-            self.trainer.optimizer,
+            self.trainer.optimizer if self.save_optimizer else None,
             rng,
             {**manifest, "policy_version": self.policy_version},
+            tokenizer=self.tokenizer,
         )
 
     def load(self, directory: Path) -> dict[str, Any]:

@@ -1,8 +1,14 @@
 """Atomic safetensors checkpoints of model + optimizer (+ extra tensors and a manifest).
 
-Layout of one checkpoint directory:
-    model.safetensors      model tensors (one copy per shared storage, e.g. tied embeddings)
+Layout of one checkpoint directory (also a Hugging Face model folder):
+    model.safetensors      model tensors (one copy per shared storage, e.g. tied embeddings,
+                           as `save_pretrained` writes them), metadata format "pt"
+    config.json, generation_config.json, tokenizer files
+                           written by the model's / tokenizer's `save_pretrained` (when a
+                           tokenizer is given): `AutoModelForCausalLM.from_pretrained(dir)`
+                           and `AutoTokenizer.from_pretrained(dir)` load a checkpoint
     optimizer.safetensors  optimizer state tensors, keys `state.<param index>.<name>`
+                           (empty when saved without optimizer state)
     extra.safetensors      the caller's extra tensors (RNG states, error-feedback residuals)
     manifest.json          format tag, the caller's manifest, optimizer param groups and
                            non-tensor state, tensor aliases, and size + sha256 of each file
@@ -15,8 +21,10 @@ Invariants:
 - A failed write (disk full, quota, file too large, I/O error) raises `OSError` with the
   errno, from our own writes and from safetensors' (whose Rust errors are translated), and
   leaves no temporary directory behind; an older checkpoint of the same name is kept.
-- `load_checkpoint` verifies every file's size and sha256 before touching the model, and
-  restores model and optimizer exactly (bit-for-bit tensors, param groups, step counts).
+- `load_checkpoint` verifies every tensor file's size and sha256 before touching the
+  model, and restores model and optimizer exactly (bit-for-bit tensors, param groups, step
+  counts). A checkpoint saved without optimizer state leaves the optimizer as it is
+  (fresh moments) and says so in the log.
 - `latest_valid_checkpoint` ignores hidden (temporary) directories and any directory
   whose manifest is missing, unparsable, of another format, or whose files are missing or
   do not match their recorded size and hash (torn or incomplete checkpoints).
@@ -56,7 +64,7 @@ _OS_ERROR = re.compile(r"\(os error (\d+)\)")
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """`save_file`, with its I/O failures raised as `OSError` (errno kept) like ours."""
     try:
-        save_file(tensors, str(path))
+        save_file(tensors, str(path), metadata={"format": "pt"})
     except SafetensorError as exc:
         found = _OS_ERROR.search(str(exc))
         if found is None:
@@ -129,21 +137,39 @@ def _optimizer_parts(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.
     return tensors, {"param_groups": groups, "scalars": scalars}
 
 
+def _write_model_files(tmp: Path, model: torch.nn.Module, tokenizer: Any) -> None:
+    """config.json, generation_config.json and the tokenizer, as `save_pretrained` does."""
+    config = getattr(model, "config", None)
+    if config is not None:
+        config.save_pretrained(tmp)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+
+
 def save_checkpoint(
     directory: Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     extra_tensors: dict[str, torch.Tensor],
     manifest: dict[str, Any],
+    tokenizer: Any = None,
 ) -> None:
-    """Write a checkpoint atomically at `directory` (see the module docstring)."""
+    """Write a checkpoint atomically at `directory` (see the module docstring); with a
+    `tokenizer`, it is also a Hugging Face model folder; with `optimizer=None`, it holds
+    no optimizer state."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.parent / f".{directory.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
+        if tokenizer is not None:
+            _write_model_files(tmp, model, tokenizer)
         model_tensors, aliases = _model_tensors(model)
-        opt_tensors, opt_meta = _optimizer_parts(optimizer)
+        opt_tensors, opt_meta = (
+            _optimizer_parts(optimizer) if optimizer is not None else ({}, None)
+        )
         payloads = {
             "model.safetensors": model_tensors,
             "optimizer.safetensors": opt_tensors,
@@ -164,6 +190,9 @@ def save_checkpoint(
         }
         (tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True))
         _fsync_file(tmp / MANIFEST)
+        for path in tmp.iterdir():  # the model files save_pretrained wrote
+            if path.is_file() and path.name not in files and path.name != MANIFEST:
+                _fsync_file(path)
         _fsync_dir(tmp)
         old = None
         if directory.exists():
@@ -197,6 +226,11 @@ def _read_manifest(directory: Path, verify: bool = True) -> dict[str, Any]:
     return doc
 
 
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The verified manifest document of a checkpoint (`CheckpointError` if torn)."""
+    return _read_manifest(Path(directory))
+
+
 def _restore_types(saved: Any, current: Any) -> Any:
     if isinstance(current, tuple) and isinstance(saved, list):
         return tuple(_restore_types(s, c) for s, c in zip(saved, current, strict=False))
@@ -216,7 +250,9 @@ def load_checkpoint(
         model.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:
         raise CheckpointError(f"{directory}: model does not fit ({exc})") from exc
-    if optimizer is not None:
+    if optimizer is not None and doc["optimizer"] is None:
+        log.info("%s: saved without optimizer state; the optimizer starts fresh", directory)
+    elif optimizer is not None:
         opt_tensors = load_file(str(directory / "optimizer.safetensors"))
         state: dict[int, dict[str, Any]] = {}
         for key, value in opt_tensors.items():

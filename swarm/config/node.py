@@ -20,6 +20,10 @@ class NodeSection(StrictModel):
     """Ed25519 key file (mode 0600). Default: <data_dir>/node.key, created if missing."""
     checkpoint_every: int = Field(10, ge=1)
     """Write a checkpoint every this many rounds (and on Ctrl-C / SIGTERM)."""
+    checkpoint_optimizer: bool = True
+    """Keep the optimizer state in checkpoints (for AdamW, twice the model's size): a
+    resume continues exactly. Off: checkpoints are the model alone and a resume starts
+    the optimizer fresh."""
     samples_keep: int = Field(200, ge=0, le=1 << 20)
     """Keep about this many recent sampled groups (completions and rewards) in
     `<data_dir>/samples.jsonl` for `swarm samples` (0: write none)."""

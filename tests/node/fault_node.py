@@ -48,10 +48,12 @@ def install(fault: str, at_round: int, marker: Path) -> None:
     if fault == "tensor_write":
         real_save_file = policy.checkpoint.save_file
 
-        def save_file(tensors: dict[str, Any], filename: str) -> None:
+        def save_file(
+            tensors: dict[str, Any], filename: str, metadata: dict[str, str] | None = None
+        ) -> None:
             path = Path(filename)
             found = _TEMP_OF_ROUND.match(path.parent.name)
-            real_save_file(tensors, filename)
+            real_save_file(tensors, filename, metadata)
             if found and int(found.group(1)) == at_round and path.name == "model.safetensors":
                 _write_half(path, path.read_bytes())
                 _hang(marker)

@@ -138,8 +138,8 @@ def test_a_full_disk_raises_oserror_and_keeps_the_older_checkpoint(
     save_checkpoint(target, t.model, t.optimizer, {}, {"step": 1})
     real = checkpoint_module.save_file
 
-    def full_disk(tensors: dict, filename: str) -> None:
-        real(tensors, filename)  # part of the data may be there (and must be cleaned up)
+    def full_disk(tensors: dict, filename: str, metadata: dict | None = None) -> None:
+        real(tensors, filename, metadata)  # part of the data may be there (and must be cleaned up)
         # safetensors 0.8's own words for ENOSPC (tests/node/test_faults.py gets a real
         # EFBIG from it in a process under RLIMIT_FSIZE)
         raise SafetensorError(
@@ -155,7 +155,7 @@ def test_a_full_disk_raises_oserror_and_keeps_the_older_checkpoint(
     manifest, _ = load_checkpoint(target, _trained(seed=1).model, None)
     assert manifest["step"] == 1
 
-    def not_io(tensors: dict, filename: str) -> None:
+    def not_io(tensors: dict, filename: str, metadata: dict | None = None) -> None:
         raise SafetensorError("invalid tensor")
 
     monkeypatch.setattr(checkpoint_module, "save_file", not_io)

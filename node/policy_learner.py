@@ -26,6 +26,7 @@ from policy.checkpoint import (
     save_checkpoint,
 )
 from policy.loading import load_policy_model, model_family, resolve_device
+from policy.lora import apply_lora, lora_family, lora_settings
 from policy.precision import compute_dtype, configure_threads
 from policy.prompts import PromptRenderer
 from policy.sampler import SamplingParams, make_sampler, stop_token_ids
@@ -47,6 +48,14 @@ class PolicyLearner:
         self.model, self.tokenizer = load_policy_model(config.model)
         self.model_id = config.model.name_or_path
         self.model_family = model_family(self.model)
+        lora = config.model.lora
+        self.lora = lora_settings(lora) if lora.enabled else None
+        """The adapter settings of a LoRA node (None: full fine-tuning)."""
+        if lora.enabled:
+            self.model = apply_lora(self.model, lora)
+            self.model_family = lora_family(self.model_family, lora)
+            if config.model.gradient_checkpointing:
+                self.model.enable_input_require_grads()
         self.device = resolve_device(config.model.device)
         try:
             self.renderer = PromptRenderer(self.tokenizer, config.prompt)
@@ -183,6 +192,7 @@ class PolicyLearner:
             rng,
             {**manifest, "policy_version": self.policy_version},
             tokenizer=self.tokenizer,
+            lora=self.lora,
         )
 
     def load(self, directory: Path) -> dict[str, Any]:

@@ -6,7 +6,10 @@ Layout of one checkpoint directory (also a Hugging Face model folder):
     config.json, generation_config.json, tokenizer files
                            written by the model's / tokenizer's `save_pretrained` (when a
                            tokenizer is given): `AutoModelForCausalLM.from_pretrained(dir)`
-                           and `AutoTokenizer.from_pretrained(dir)` load a checkpoint
+                           and `AutoTokenizer.from_pretrained(dir)` load a checkpoint.
+                           A LoRA model (`policy.lora`) writes instead `base_config/`
+                           (the base model's config), `lora.json` and `adapter/` (the
+                           adapter as PEFT saves it); `swarm export` merges it.
     optimizer.safetensors  optimizer state tensors, keys `state.<param index>.<name>`
                            (empty when saved without optimizer state)
     extra.safetensors      the caller's extra tensors (RNG states, error-feedback residuals)
@@ -137,15 +140,22 @@ def _optimizer_parts(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.
     return tensors, {"param_groups": groups, "scalars": scalars}
 
 
-def _write_model_files(tmp: Path, model: torch.nn.Module, tokenizer: Any) -> None:
-    """config.json, generation_config.json and the tokenizer, as `save_pretrained` does."""
-    config = getattr(model, "config", None)
+def _write_model_files(tmp: Path, model: Any, tokenizer: Any, lora: dict | None) -> None:
+    """config.json, generation_config.json and the tokenizer, as `save_pretrained` does
+    (for a LoRA model: base_config/, lora.json and adapter/)."""
+    config_dir = tmp / "base_config" if lora is not None else tmp
+    config_dir.mkdir(exist_ok=True)
+    base = model.get_base_model() if lora is not None else model
+    config = getattr(base, "config", None)
     if config is not None:
-        config.save_pretrained(tmp)
-    generation = getattr(model, "generation_config", None)
+        config.save_pretrained(config_dir)
+    generation = getattr(base, "generation_config", None)
     if generation is not None:
-        generation.save_pretrained(tmp)
+        generation.save_pretrained(config_dir)
     tokenizer.save_pretrained(tmp)
+    if lora is not None:
+        (tmp / "lora.json").write_text(json.dumps(lora, indent=1, sort_keys=True))
+        model.save_pretrained(tmp / "adapter")
 
 
 def save_checkpoint(
@@ -155,6 +165,7 @@ def save_checkpoint(
     extra_tensors: dict[str, torch.Tensor],
     manifest: dict[str, Any],
     tokenizer: Any = None,
+    lora: dict[str, Any] | None = None,
 ) -> None:
     """Write a checkpoint atomically at `directory` (see the module docstring); with a
     `tokenizer`, it is also a Hugging Face model folder; with `optimizer=None`, it holds
@@ -165,11 +176,9 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         if tokenizer is not None:
-            _write_model_files(tmp, model, tokenizer)
+            _write_model_files(tmp, model, tokenizer, lora)
         model_tensors, aliases = _model_tensors(model)
-        opt_tensors, opt_meta = (
-            _optimizer_parts(optimizer) if optimizer is not None else ({}, None)
-        )
+        opt_tensors, opt_meta = _optimizer_parts(optimizer) if optimizer is not None else ({}, None)
         payloads = {
             "model.safetensors": model_tensors,
             "optimizer.safetensors": opt_tensors,
@@ -190,7 +199,7 @@ def save_checkpoint(
         }
         (tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True))
         _fsync_file(tmp / MANIFEST)
-        for path in tmp.iterdir():  # the model files save_pretrained wrote
+        for path in tmp.rglob("*"):  # the model files save_pretrained wrote
             if path.is_file() and path.name not in files and path.name != MANIFEST:
                 _fsync_file(path)
         _fsync_dir(tmp)

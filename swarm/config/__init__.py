@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 
 from swarm.config.base import StrictModel
 from swarm.config.deltas import DeltasConfig
@@ -86,6 +86,15 @@ class NodeConfig(StrictModel):
     """Compressed weight-delta sharing within one model family (off by default)."""
     eval: EvalConfig = EvalConfig()
     """Greedy accuracy on a fixed held-out set of tasks, every few rounds."""
+
+    @model_validator(mode="after")
+    def _lora_needs_transformers(self) -> NodeConfig:
+        if self.model.lora.enabled and self.sampler.backend == "vllm":
+            raise ValueError(
+                "model.lora.enabled with sampler.backend = 'vllm' is not supported yet: "
+                "use backend = 'transformers', or full fine-tuning with vllm"
+            )
+        return self
 
 
 def _allowed_hint(error: dict[str, Any]) -> str:

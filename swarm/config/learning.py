@@ -11,6 +11,26 @@ from swarm.config.models import DEFAULT_SYSTEM_PROMPT, check_model_reference
 from swarm.config.task_sources import check_task_source
 
 
+class LoraConfig(StrictModel):
+    enabled: bool = False
+    """Train LoRA adapters (through PEFT) instead of every weight. Weight deltas are then
+    adapter deltas, exchanged only with nodes of the same base model and adapter shape
+    (the model family includes both)."""
+    rank: int = Field(16, ge=1, le=1024)
+    """r: the adapters' rank."""
+    alpha: float = Field(32.0, gt=0)
+    """lora_alpha: updates are scaled by alpha / rank."""
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    """Module names to adapt (["all-linear"]: every linear layer but the output head)."""
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some_targets(cls, targets: list[str]) -> list[str]:
+        if not targets or any(not t.strip() for t in targets):
+            raise ValueError("target_modules needs at least one module name")
+        return targets
+
+
 class ModelConfig(StrictModel):
     name_or_path: str = "builtin:tiny"
     """`builtin:tiny` (built locally, no download), or any Hugging Face model id or local path."""
@@ -32,6 +52,8 @@ class ModelConfig(StrictModel):
     every core can run many times slower than with one thread each."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about 30% more time)."""
+    lora: LoraConfig = LoraConfig()
+    """Low-rank adapters instead of full fine-tuning (off by default)."""
 
     @field_validator("name_or_path")
     @classmethod

@@ -49,6 +49,8 @@ class ExternalGroup:
     rewards: tuple[float, ...]
     finished: tuple[bool, ...] = ()
     """The sender's EOS bit per completion (the local EOS is appended where set)."""
+    source: str | None = None
+    """The task's source (the prompt renderer's few-shot examples are of that source)."""
 
 
 @dataclass

@@ -33,7 +33,7 @@ from policy.sampler import SamplingParams, make_sampler, stop_token_ids
 from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer, TrainGroup
 from rewards.registry import correctness, resolve_answer_format, score_group
-from rewards.tasks import make_task
+from rewards.tasks import make_task, solved_examples
 from swarm.config import NodeConfig
 from swarm.errors import ConfigError
 from swarm.messages import DeltaPacket, TaskRef
@@ -58,7 +58,7 @@ class PolicyLearner:
                 self.model.enable_input_require_grads()
         self.device = resolve_device(config.model.device)
         try:
-            self.renderer = PromptRenderer(self.tokenizer, config.prompt)
+            self.renderer = PromptRenderer(self.tokenizer, config.prompt, solved_examples)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self.trainer = Trainer(
@@ -96,9 +96,8 @@ class PolicyLearner:
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
         tasks = [make_task(ref) for ref in refs]
         start = time.perf_counter()
-        outputs = self.sampler.generate(
-            [t.prompt for t in tasks], self.group_size, self.params, seed=seed
-        )
+        prompts = [self.renderer.ids(t.prompt, t.ref.source) for t in tasks]
+        outputs = self.sampler.generate(prompts, self.group_size, self.params, seed=seed)
         sampled = time.perf_counter()
         groups = []
         for task, completions in zip(tasks, outputs, strict=True):
@@ -123,7 +122,8 @@ class PolicyLearner:
         start = time.perf_counter()
         tasks = [make_task(ref) for ref in refs]
         greedy = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-        outputs = self.sampler.generate([t.prompt for t in tasks], 1, greedy, seed=0)
+        prompts = [self.renderer.ids(t.prompt, t.ref.source) for t in tasks]
+        outputs = self.sampler.generate(prompts, 1, greedy, seed=0)
         scores = [
             correctness(task, completions[0].text, self.rewards_config)
             for task, completions in zip(tasks, outputs, strict=True)
@@ -148,6 +148,7 @@ class PolicyLearner:
                 if g.sampler_logprobs
                 else None,
                 local=True,
+                prompt_ids=self.renderer.ids(g.prompt, g.ref.source),
             )
             for g in local
         ] + [
@@ -157,6 +158,7 @@ class PolicyLearner:
                 rewards=list(e.rewards),
                 finished=list(e.finished) if e.finished and self.foreign_eos else None,
                 local=False,
+                prompt_ids=self.renderer.ids(e.prompt, e.source),
             )
             for e in external
         ]

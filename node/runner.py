@@ -406,7 +406,12 @@ class Node:
             chosen_lags = self.pool.lags_of(chosen, self.intake.sender_version)
             external = [
                 ExternalGroup(
-                    e.sender, e.group.prompt, e.group.completions, e.rewards, e.group.finished
+                    e.sender,
+                    e.group.prompt,
+                    e.group.completions,
+                    e.rewards,
+                    e.group.finished,
+                    e.group.task.source,
                 )
                 for e in chosen
             ]

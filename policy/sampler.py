@@ -2,7 +2,8 @@
 
 Invariants:
 - Prompts are task questions, rendered and encoded by the `PromptRenderer` given (the
-  same one the trainer uses; default: plain text with the tokenizer's special tokens);
+  same one the trainer uses; default: plain text with the tokenizer's special tokens), or
+  token ids the caller already rendered (`Prompt = str | list[int]`);
   completions are what the model sampled, up to and including the first
   stop token (EOS), or `max_new_tokens` tokens. `Completion.text` is the decoded
   completion without special tokens; `len(token_ids) == len(logprobs)`.
@@ -20,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,11 +54,15 @@ class SamplingParams:
         return cls(config.max_new_tokens, config.temperature, config.top_p)
 
 
+Prompt = str | list[int]
+"""A task question (rendered by the sampler's `PromptRenderer`) or rendered token ids."""
+
+
 class Sampler(Protocol):
     """Generates completions and takes the trainer's new weights."""
 
     def generate(
-        self, prompts: list[str], n: int, params: SamplingParams, seed: int | None = None
+        self, prompts: Sequence[Prompt], n: int, params: SamplingParams, seed: int | None = None
     ) -> list[list[Completion]]: ...
 
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None: ...
@@ -70,6 +76,11 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
 def encode_completion(tokenizer: Any, text: str) -> list[int]:
     """Token ids of a completion's text (no special tokens added)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def prompt_ids(renderer: PromptRenderer, prompt: Prompt) -> list[int]:
+    """Token ids of a `Prompt`: rendered ids as given, a question rendered."""
+    return list(prompt) if isinstance(prompt, list) else renderer.ids(prompt)
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -137,7 +148,7 @@ class TransformersSampler:
         self._generator = torch.Generator(device=self._gen_device).manual_seed(seed)
 
     def generate(
-        self, prompts: list[str], n: int, params: SamplingParams, seed: int | None = None
+        self, prompts: Sequence[Prompt], n: int, params: SamplingParams, seed: int | None = None
     ) -> list[list[Completion]]:
         """`n` completions for each prompt, grouped per prompt in prompt order."""
         if n < 1:
@@ -145,7 +156,7 @@ class TransformersSampler:
         generator = self._generator
         if seed is not None:
             generator = torch.Generator(device=self._gen_device).manual_seed(seed)
-        rows = [self.renderer.ids(p) for p in prompts for _ in range(n)]
+        rows = [prompt_ids(self.renderer, p) for p in prompts for _ in range(n)]
         flat: list[Completion] = []
         for start in range(0, len(rows), self.max_batch_size):
             flat.extend(

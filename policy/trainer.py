@@ -72,6 +72,8 @@ class TrainGroup:
     """False for a peer's group: its token ids and logprobs are ignored even if given."""
     finished: list[bool] | None = None
     """For re-tokenized completions: which ended with EOS (the local EOS is appended)."""
+    prompt_ids: list[int] | None = None
+    """The rendered prompt's token ids (as sampled); None renders `prompt` here."""
 
     def __post_init__(self) -> None:
         g = len(self.completions)
@@ -201,7 +203,11 @@ class Trainer:
         keep = keep_mask(rewards, self.config.baseline)
         if self.group_size is not None and len(group.completions) > self.group_size:
             adv = adv * (self.group_size / len(group.completions))
-        prompt_ids = self.renderer.ids(group.prompt)
+        prompt_ids = (
+            list(group.prompt_ids)
+            if group.prompt_ids is not None
+            else self.renderer.ids(group.prompt)
+        )
         use_ids = group.local and group.completion_token_ids is not None
         rows = []
         for i, text in enumerate(group.completions):

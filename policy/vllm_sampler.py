@@ -26,12 +26,13 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from policy.prompts import PromptRenderer
-from policy.sampler import Completion, SamplingParams, stop_token_ids
+from policy.sampler import Completion, Prompt, SamplingParams, prompt_ids, stop_token_ids
 from swarm.config.learning import ModelConfig
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -88,7 +89,7 @@ class VllmSampler:
         self.llm = vllm.LLM(**kwargs)
 
     def generate(
-        self, prompts: list[str], n: int, params: SamplingParams, seed: int | None = None
+        self, prompts: Sequence[Prompt], n: int, params: SamplingParams, seed: int | None = None
     ) -> list[list[Completion]]:
         """`n` completions for each prompt, grouped per prompt in prompt order."""
         if n < 1:
@@ -106,7 +107,7 @@ class VllmSampler:
             )
             for i in range(len(prompts))
         ]
-        inputs = [{"prompt_token_ids": self.renderer.ids(p)} for p in prompts]
+        inputs = [{"prompt_token_ids": prompt_ids(self.renderer, p)} for p in prompts]
         outputs = self.llm.generate(inputs, sps, use_tqdm=False)
         groups = []
         for out in outputs:

@@ -23,6 +23,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 from swarm.messages import TaskRef
@@ -192,3 +193,22 @@ def make_task(ref: TaskRef) -> Task:
 def answer_matches_format(source: TaskSource, answer: str | None) -> bool:
     """Whether an extracted answer fully matches the source's answer pattern."""
     return answer is not None and re.fullmatch(source.answer_pattern, answer) is not None
+
+
+EXAMPLE_SEED = 0x5EED_E8A3_91E5
+"""The task seed of solved examples shown in prompts (`solved_examples`): a fixed seed
+that no node's task stream draws (those are 63-bit hashes)."""
+
+MAX_EXAMPLES = 8
+
+
+@lru_cache(maxsize=256)
+def _examples(source: str) -> tuple[tuple[str, str], ...]:
+    src = get_source(source)
+    tasks = (src.make(EXAMPLE_SEED, i) for i in range(min(MAX_EXAMPLES, src.max_index + 1)))
+    return tuple((t.prompt, t.answer) for t in tasks)
+
+
+def solved_examples(source: str) -> list[tuple[str, str]]:
+    """Up to `MAX_EXAMPLES` (question, answer) pairs of `source`, the same everywhere."""
+    return list(_examples(source))

@@ -85,7 +85,13 @@ def seal(
     )
     signature = identity.sign(unsigned.signed_bytes())
     return Envelope(
-        PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, policy_version, payload,
+        PROTOCOL_VERSION,
+        kind,
+        swarm_id,
+        identity.peer_id,
+        seq,
+        policy_version,
+        payload,
         signature,
     )
 
@@ -127,9 +133,7 @@ def decode_envelope(
         raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
     if refuse_sender is not None and refuse_sender(sender):
         raise WireError("ignored_peer", sender[:64])
-    envelope = Envelope(
-        version, kind, env_swarm, sender, seq, policy_version, payload, signature
-    )
+    envelope = Envelope(version, kind, env_swarm, sender, seq, policy_version, payload, signature)
     verify(sender, envelope.signed_bytes(), signature)
     if env_swarm != swarm_id:
         # Checked after the signature so that the refusal can be blamed on its signer.

@@ -70,6 +70,10 @@ class PromptConfig(StrictModel):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     """System prompt in `chat` mode (empty: none). The default asks for the answer inside
     `<answer>...</answer>`, the format the rewards read."""
+    few_shot: int = Field(2, ge=0, le=8)
+    """`chat` mode: this many solved examples of the question's own task source come first,
+    as earlier user/assistant turns (the answer in its block). Small instruct models
+    follow the answer format from examples, rarely from the system prompt alone."""
 
 
 class SamplerConfig(StrictModel):

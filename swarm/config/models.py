@@ -18,11 +18,9 @@ BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("tiny", "tiny-2x")
 """Variants of the built-in character model (`policy.tiny.TINY_VARIANTS`)."""
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful assistant. Think briefly if you need to, then give only the final "
-    "answer inside <answer> and </answer>, for example <answer>42</answer>."
-)
-"""The chat-mode system prompt: asks for the answer block the rewards read."""
+DEFAULT_SYSTEM_PROMPT = "Answer with only the final answer inside <answer></answer> tags."
+"""The chat-mode system prompt: asks for the answer block the rewards read (with the
+examples of `prompt.few_shot`, measured on SmolLM2-135M-Instruct: see `policy.prompts`)."""
 
 
 def looks_like_path(name: str) -> bool:

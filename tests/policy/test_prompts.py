@@ -64,3 +64,29 @@ def test_sampler_and_trainer_see_the_same_rendered_prompt() -> None:
     rows = trainer._rows(group, StepStats())
     assert rows[0].ids[: rows[0].start] == renderer.ids("3+4=")
     assert rows[0].ids[rows[0].start :] == completion.token_ids
+
+
+def test_chat_mode_puts_solved_examples_of_the_source_first() -> None:
+    _, tok = _chat_tiny()
+    shots = {"add": [("1+1=", "2"), ("2+2=", "4"), ("3+3=", "6")]}
+    renderer = PromptRenderer(
+        tok, PromptConfig(system_prompt="x", few_shot=2), lambda source: shots[source]
+    )
+    text = renderer.render("3+4=", "add")
+    assert text == ("s:x\nu:1+1=\na:<answer>2</answer>\nu:2+2=\na:<answer>4</answer>\nu:3+4=\na:")
+    assert renderer.render("3+4=") == "s:x\nu:3+4=\na:"  # no source: no examples
+    assert renderer.ids("3+4=", "add") == list(tok(text, add_special_tokens=False)["input_ids"])
+    plain = PromptRenderer(tok, PromptConfig(template="plain"), lambda source: shots[source])
+    assert plain.render("3+4=", "add") == "3+4="
+
+
+def test_solved_examples_are_fixed_and_apart_from_task_streams() -> None:
+    from rewards.tasks import EXAMPLE_SEED, make_task, solved_examples
+    from swarm.messages import TaskRef
+
+    examples = solved_examples("add")
+    assert examples == solved_examples("add") and len(examples) == 8
+    assert examples[0] == (
+        make_task(TaskRef("add", EXAMPLE_SEED, 0)).prompt,
+        make_task(TaskRef("add", EXAMPLE_SEED, 0)).answer,
+    )

@@ -151,8 +151,8 @@ class Trainer:
 
     Pass the node's `sampler_config`: the trainer takes the sampling temperature from it
     (logprobs must be of the distribution that was sampled) and `max_new_tokens` as Dr.
-    GRPO's constant normalizer. Without it: temperature 1 and the batch's longest
-    completion. `policy_version` is the count of optimizer steps; set it after restoring
+    GRPO's constant normalizer. Without it: temperature 1 and the step's longest
+    completion (the same for every micro-batch). `policy_version` is the count of optimizer steps; set it after restoring
     a checkpoint.
     """
 
@@ -321,7 +321,10 @@ class Trainer:
         norm = {
             "num_sequences": len(rows),
             "num_tokens": n_tokens,
-            "max_completion_length": self.max_completion_length,
+            # Dr. GRPO's constant: the sampling budget, else this step's longest completion
+            # (one constant for every micro-batch of the step).
+            "max_completion_length": self.max_completion_length
+            or max(len(r.ids) - r.start for r in rows),
         }
         t_update = time.perf_counter()
         stats.timings["old_logprobs"] = t_update - t_old

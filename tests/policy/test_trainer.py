@@ -165,6 +165,19 @@ def test_micro_batching_gives_the_same_loss_and_gradient(loss_type: str) -> None
     assert results[0][1] == pytest.approx(results[1][1], rel=1e-4)
 
 
+def test_dr_grpo_without_a_sampler_config_uses_one_normalizer_per_step() -> None:
+    results = []
+    for mb in (64, 1):
+        model, tok = build_tiny("builtin:tiny", seed=0)
+        config = TrainConfig(learning_rate=1e-3, micro_batch_size=mb, loss_type="dr_grpo")
+        trainer = Trainer(model, tok, config, "cpu")  # no sampler config: no budget known
+        group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0, "12": 0.0, "8": 0.0})
+        stats = trainer.step([group])
+        results.append((stats.loss, stats.grad_norm))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5, abs=1e-7)
+    assert results[0][1] == pytest.approx(results[1][1], rel=1e-4)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
 def test_every_loss_type_and_the_median_baseline_train(loss_type: str) -> None:
     trainer = _trainer(loss_type=loss_type, baseline="median", beta=0.1)

@@ -3,8 +3,9 @@ full fine-tuning vs LoRA, with the time per round and the peak memory.
 
 Each variant is a real `swarm train` process (the config a user would write: chat
 template with two solved examples, answers in `<answer>` blocks) on the built-in `add`
-task, where SmolLM2-135M-Instruct's greedy base accuracy is 10% (100 held-out tasks; measured over the
-built-in and reasoning-gym tasks with several prompt forms: see issue 12's note). The
+task, where SmolLM2-135M-Instruct's greedy base accuracy is 10% (100 held-out tasks;
+found by measuring the built-in and reasoning-gym tasks with several prompt forms: see
+issue 12's note). The
 held-out set (`[eval]`, 100 tasks of the node's own held-out seed) is scored greedily at
 round 0 and after the last round.
 

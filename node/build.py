@@ -12,6 +12,7 @@ from gossip.factory import make_transport
 from gossip.layer import Gossip
 from node.runner import Node, RoundReport
 from node.workers import RescoreWorkers
+from rewards.mixture import variants
 from swarm.clock import WallClock
 from swarm.config import NodeConfig, parse_config
 from swarm.identity import Identity, load_or_create_key_file
@@ -57,7 +58,7 @@ def build_node(
         capabilities=("rollouts",),
         # Peers choose the tasks we regenerate and the text we score: never on the loop.
         # A node with J = 0 re-scores nothing, so it starts no worker processes.
-        rescorer=RescoreWorkers.from_config(learner.rewards_config)
+        rescorer=RescoreWorkers.from_config(learner.rewards_config, variants=variants(config.tasks))
         if config.sapo.external_groups > 0
         else None,
     )

@@ -31,6 +31,7 @@ from node.learner import Learner
 from node.pool import RolloutPool
 from node.rescore import Refused
 from node.workers import Rescorer
+from rewards.mixture import wire_source
 from swarm.clock import Clock
 from swarm.config import NodeConfig
 from swarm.envelope import Envelope
@@ -104,7 +105,7 @@ class Intake:
         self.own_sources: frozenset[str] | None = (
             None
             if config.tasks.accept_foreign
-            else frozenset(spec.source for spec in config.tasks.mixture)
+            else frozenset(wire_source(spec) for spec in config.tasks.mixture)
         )
         self.held_out_seeds = held_out_seeds
         """Task seeds of our held-out set: never trained on (`node.evaluation`)."""

@@ -20,6 +20,7 @@ import logging
 import statistics
 from dataclasses import dataclass
 
+from rewards.mixture import register_variants
 from rewards.registry import score_group
 from rewards.tasks import UnusableSource, make_task
 from swarm.config import RewardsConfig
@@ -45,7 +46,12 @@ class Rescored:
         return self.advisory_gap > FORGED_REWARD_GAP
 
 
-def rescore_group(group: RolloutGroup, config: RewardsConfig) -> Rescored:
+def rescore_group(
+    group: RolloutGroup, config: RewardsConfig, variants: tuple[tuple[str, dict], ...] = ()
+) -> Rescored:
+    """The group's local rewards, or `Refused`. `variants`: the node's reasoning-gym
+    dataset variants (`rewards.mixture.variants`), served here too (a worker process)."""
+    register_variants(variants)
     try:
         task = make_task(group.task)
     except UnusableSource as unusable:

@@ -100,9 +100,13 @@ class InlineRescorer:
     """`rescore_group` on the event loop (simnet, unit tests): see the module docstring."""
 
     def __init__(
-        self, rewards_config: RewardsConfig, timer: Callable[[], float] = time.perf_counter
+        self,
+        rewards_config: RewardsConfig,
+        timer: Callable[[], float] = time.perf_counter,
+        variants: tuple[tuple[str, dict], ...] = (),
     ) -> None:
         self.config = rewards_config
+        self.variants = variants
         self.timer = timer
         """Times jobs for `stats()` (simnet passes its virtual clock: deterministic)."""
         self._tally = _Tally()
@@ -113,7 +117,7 @@ class InlineRescorer:
     async def rescore(self, group: RolloutGroup) -> Rescored:
         start = self.timer()
         try:
-            return rescore_group(group, self.config)
+            return rescore_group(group, self.config, self.variants)
         except Refused as refused:
             self._tally.refused[refused.reason] += 1
             raise
@@ -155,10 +159,13 @@ class RescoreWorkers:
         max_queued: int = 256,
         start_method: str | None = None,
         preload: Sequence[str] = (),
+        variants: tuple[tuple[str, dict], ...] = (),
     ) -> None:
         if workers < 1 or max_queued < 1 or not timeout_s > 0:
             raise ValueError("workers and max_queued must be >= 1 and timeout_s > 0")
         self.config = rewards_config
+        self.variants = variants
+        """The node's reasoning-gym dataset variants, sent with every job."""
         self.workers = workers
         self.timeout_s = timeout_s
         self.max_queued = max_queued
@@ -328,12 +335,12 @@ class RescoreWorkers:
     async def _run_job(self, slot: _Slot, group: RolloutGroup) -> Rescored:
         worker = slot.worker or await self._start_worker(slot)
         try:
-            worker.send_job(rescore_group, (group, self.config))
+            worker.send_job(rescore_group, (group, self.config, self.variants))
         except (BrokenPipeError, OSError):  # died between jobs: not this group's doing
             self._tally.counts["worker_deaths"] += 1
             await self._discard(slot)
             worker = await self._start_worker(slot)
-            worker.send_job(rescore_group, (group, self.config))
+            worker.send_job(rescore_group, (group, self.config, self.variants))
         start = time.perf_counter()
         try:
             await asyncio.wait_for(_readable(worker.conn), self.timeout_s)

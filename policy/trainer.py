@@ -152,8 +152,8 @@ class Trainer:
     Pass the node's `sampler_config`: the trainer takes the sampling temperature from it
     (logprobs must be of the distribution that was sampled) and `max_new_tokens` as Dr.
     GRPO's constant normalizer. Without it: temperature 1 and the step's longest
-    completion (the same for every micro-batch). `policy_version` is the count of optimizer steps; set it after restoring
-    a checkpoint.
+    completion (the same for every micro-batch). `policy_version` is the count of
+    optimizer steps; set it after restoring a checkpoint.
     """
 
     def __init__(

@@ -14,6 +14,8 @@ Invariants:
 - `state_dict()` is the cursor and the stream seed; `load_state_dict` refuses a state
   from another stream (a resume with a changed seed would silently repeat tasks).
 - Every source of the mixture is resolved at construction (unknown names fail early).
+  A reasoning-gym source with options is registered and referenced by its variant name
+  (`wire_source`, `rewards.rg.variant_name`), so its options travel with every reference.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import hashlib
 import random
 from itertools import accumulate
 
-from rewards.tasks import get_source
-from swarm.config.learning import TasksConfig
+from rewards.tasks import RG_PREFIX, get_source
+from swarm.config.learning import TasksConfig, TaskSpec
 from swarm.messages import TaskRef
 
 
@@ -42,12 +44,40 @@ def stream_seed(tasks_seed: int, node_seed: int) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
+def wire_source(spec: TaskSpec) -> str:
+    """The source name references of `spec` carry (registering a reasoning-gym variant)."""
+    if not spec.options:
+        return spec.source
+    from rewards import rg
+
+    return rg.register_variant(spec.source[len(RG_PREFIX) :], spec.options)
+
+
+def variants(config: TasksConfig) -> tuple[tuple[str, dict], ...]:
+    """(dataset, options) of every reasoning-gym variant in the mixture, for processes
+    that must serve them too (re-scoring workers)."""
+    return tuple(
+        (spec.source[len(RG_PREFIX) :], dict(spec.options))
+        for spec in config.mixture
+        if spec.options
+    )
+
+
+def register_variants(found: tuple[tuple[str, dict], ...]) -> None:
+    """Serve the given variants in this process (idempotent)."""
+    if found:
+        from rewards import rg
+
+        for dataset, options in found:
+            rg.register_variant(dataset, options)
+
+
 class TaskStream:
     """Deterministic task references for one node; checkpointable by its cursor."""
 
     def __init__(self, config: TasksConfig, node_seed: int) -> None:
-        self._max_index = {s.source: get_source(s.source).max_index for s in config.mixture}
-        self._sources = [spec.source for spec in config.mixture]
+        self._sources = [wire_source(spec) for spec in config.mixture]
+        self._max_index = {name: get_source(name).max_index for name in self._sources}
         self._cumulative = list(accumulate(spec.weight for spec in config.mixture))
         self.seed = stream_seed(config.seed, node_seed)
         self.cursor = 0

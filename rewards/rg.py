@@ -18,13 +18,19 @@ Invariants:
 - Indices are bounded by the source's `max_index` (checked before anything is built).
 - Correctness is `dataset.score_answer(answer, entry)` on the regenerated entry, clamped
   to [0, 1] (NaN -> 0); it may be slow, so the registry runs it under a time limit.
-- Only built-in (default) dataset configurations are used: a reference carries no options,
-  so every receiver must regenerate with the same defaults.
+- Dataset options (`[[tasks.mixture]] options`, e.g. the SAPO paper's settings) are part of
+  a source's name: `rg:<dataset>@<digest>`, the digest a blake2b of the canonical JSON of
+  the options (`variant_name`). A node serves only the variants it registered from its
+  own mixture (`register_variant`; re-scoring workers get the same list), so a peer's
+  group made with other options is refused as `unknown_task` (counted, not blamed),
+  never regenerated with the wrong options. Without options the name is `rg:<dataset>`
+  and the dataset's defaults are used, exactly as before options existed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from functools import lru_cache
 from typing import Any, Literal
@@ -74,25 +80,55 @@ def _dataset_seed(name: str, seed: int) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def _build(name: str, seed: int, size: int) -> Any:
+def _build(name: str, seed: int, size: int, opts: str = "") -> Any:
     import reasoning_gym
 
-    return reasoning_gym.create_dataset(name, seed=_dataset_seed(name, seed), size=size)
+    options = json.loads(opts) if opts else {}
+    return reasoning_gym.create_dataset(name, seed=_dataset_seed(name, seed), size=size, **options)
 
 
 @lru_cache(maxsize=64)
-def _lazy_dataset(name: str, seed: int) -> Any:
-    return _build(name, seed, RG_SIZE)
+def _lazy_dataset(name: str, seed: int, opts: str = "") -> Any:
+    return _build(name, seed, RG_SIZE, opts)
 
 
 @lru_cache(maxsize=8)
-def _sized_dataset(name: str, seed: int, index: int) -> Any:
-    return _build(name, seed, index + 1)
+def _sized_dataset(name: str, seed: int, index: int, opts: str = "") -> Any:
+    return _build(name, seed, index + 1, opts)
 
 
-def dataset_for(name: str, seed: int, index: int, rule: BuildRule) -> Any:
-    """The dataset object that holds item `index` of reference (seed, index) under `rule`."""
-    return _lazy_dataset(name, seed) if rule == "lazy" else _sized_dataset(name, seed, index)
+def dataset_for(name: str, seed: int, index: int, rule: BuildRule, opts: str = "") -> Any:
+    """The dataset object that holds item `index` of reference (seed, index) under `rule`
+    (`opts`: the variant's canonical options JSON, "" for the defaults)."""
+    if rule == "lazy":
+        return _lazy_dataset(name, seed, opts)
+    return _sized_dataset(name, seed, index, opts)
+
+
+def canonical_options(options: dict[str, Any]) -> str:
+    """The options as canonical JSON ("" for none): equal options, equal text."""
+    return json.dumps(options, sort_keys=True, separators=(",", ":")) if options else ""
+
+
+def variant_name(dataset: str, options: dict[str, Any]) -> str:
+    """The source name of `dataset` with `options` (`rg:<dataset>` without options)."""
+    opts = canonical_options(options)
+    if not opts:
+        return RG_PREFIX + dataset
+    digest = hashlib.blake2b(opts.encode(), digest_size=6).hexdigest()
+    return f"{RG_PREFIX}{dataset}@{digest}"
+
+
+_VARIANTS: dict[str, tuple[str, str]] = {}
+"""Registered variants: source name -> (dataset, canonical options)."""
+
+
+def register_variant(dataset: str, options: dict[str, Any]) -> str:
+    """Serve `dataset` with `options` under its variant name (returned); idempotent."""
+    name = variant_name(dataset, options)
+    if options:
+        _VARIANTS[name] = (dataset, canonical_options(options))
+    return name
 
 
 def raw_entry(name: str, seed: int, index: int, rule: BuildRule) -> dict[str, Any]:
@@ -104,8 +140,8 @@ def raw_entry(name: str, seed: int, index: int, rule: BuildRule) -> dict[str, An
 
 
 @lru_cache(maxsize=4096)
-def _entry(name: str, seed: int, index: int) -> dict[str, Any]:
-    return dataset_for(name, seed, index, build_rule(name))[index]
+def _entry(name: str, seed: int, index: int, opts: str = "") -> dict[str, Any]:
+    return dataset_for(name, seed, index, build_rule(name), opts)[index]
 
 
 class RgSource:
@@ -115,14 +151,15 @@ class RgSource:
     needs_answer_block = True  # the question asks for the block (ANSWER_INSTRUCTION)
     slow_scoring = True
 
-    def __init__(self, dataset: str) -> None:
+    def __init__(self, dataset: str, opts: str = "") -> None:
         self.dataset = dataset
-        self.name = RG_PREFIX + dataset
+        self.opts = opts
+        self.name = variant_name(dataset, json.loads(opts) if opts else {})
         self.max_index = RG_SIZED.get(dataset, RG_MAX_INDEX)
 
     def make(self, seed: int, index: int) -> Task:
         _check_range(seed, index, self.max_index)
-        entry = _entry(self.dataset, seed, index)
+        entry = _entry(self.dataset, seed, index, self.opts)
         return Task(
             TaskRef(self.name, seed, index),
             str(entry["question"]) + ANSWER_INSTRUCTION,
@@ -131,18 +168,37 @@ class RgSource:
 
     def score_answer(self, task: Task, answer: str) -> float:
         seed, index = task.ref.seed, task.ref.index
-        entry = _entry(self.dataset, seed, index)
-        dataset = dataset_for(self.dataset, seed, index, build_rule(self.dataset))
+        entry = _entry(self.dataset, seed, index, self.opts)
+        dataset = dataset_for(self.dataset, seed, index, build_rule(self.dataset), self.opts)
         value = float(dataset.score_answer(answer, entry))
         return 0.0 if math.isnan(value) else min(1.0, max(0.0, value))
 
     def __repr__(self) -> str:
-        return f"RgSource({self.dataset!r})"
+        return f"RgSource({self.name!r})"
+
+
+def get_rg_source(dataset: str) -> RgSource:
+    """The adapter for one usable dataset (or a registered `<dataset>@<digest>` variant);
+    `UnusableSource` (a `KeyError`) otherwise."""
+    if "@" in dataset:
+        variant = _VARIANTS.get(RG_PREFIX + dataset)
+        if variant is None:
+            raise UnusableSource(
+                "unknown_task",
+                f"{RG_PREFIX}{dataset}: a dataset variant (options) this node does not use",
+            )
+        base = _default_source(variant[0])
+        return _variant_source(base.dataset, variant[1])
+    return _default_source(dataset)
 
 
 @lru_cache(maxsize=256)
-def get_rg_source(dataset: str) -> RgSource:
-    """The adapter for one usable dataset; `UnusableSource` (a `KeyError`) otherwise."""
+def _variant_source(dataset: str, opts: str) -> RgSource:
+    return RgSource(dataset, opts)
+
+
+@lru_cache(maxsize=256)
+def _default_source(dataset: str) -> RgSource:
     names = dataset_names()
     if dataset not in names:
         raise UnusableSource(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from swarm.config.base import StrictModel
 from swarm.config.models import DEFAULT_SYSTEM_PROMPT, check_model_reference
-from swarm.config.task_sources import check_task_source
+from swarm.config.task_sources import check_task_options, check_task_source
 
 
 class LoraConfig(StrictModel):
@@ -156,6 +156,16 @@ class TaskSpec(StrictModel):
     the measured table in `swarm.config.task_sources` (refused ones name the reason)."""
     weight: float = Field(1.0, gt=0)
     """Relative frequency in the mixture."""
+    options: dict[str, Any] = {}
+    """reasoning-gym dataset settings (fields of the dataset's config, e.g. `min_terms`;
+    empty: its defaults). They are part of the source's identity on the wire
+    (`rg:<dataset>@<digest>`): peers using other options never train on these groups,
+    nor these nodes on theirs. See `examples/node-sapo-rgym.toml` for the SAPO paper's."""
+
+    @model_validator(mode="after")
+    def _usable_options(self) -> TaskSpec:
+        check_task_options(self.source, self.options)
+        return self
 
     @field_validator("source")
     @classmethod

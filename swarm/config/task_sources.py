@@ -186,3 +186,36 @@ def check_task_source(name: str) -> None:
         f"or pick a usable dataset (rewards.tasks.known_sources() lists them; "
         f"swarm.config.task_sources has the measured table)"
     )
+
+
+OPTION_VALUE_TYPES = (bool, int, float, str)
+
+
+def check_task_options(name: str, options: dict[str, object]) -> None:
+    """Raise `ValueError` naming the bad key and the allowed ones, unless `options` are
+    valid settings of reasoning-gym dataset `name` (built-in sources take none). Options
+    are JSON scalars or lists of them; `seed` and `size` are the swarm's to choose."""
+    if not options:
+        return
+    if not name.startswith(RG_PREFIX):
+        raise ValueError(f"task source {name!r} takes no options (only 'rg:' datasets do)")
+    for key, value in options.items():
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, OPTION_VALUE_TYPES) for v in items):
+            raise ValueError(f"option {key!r}: use numbers, strings, booleans or lists of them")
+    import dataclasses
+
+    import reasoning_gym.factory as factory  # only when options are given: it is slow
+
+    dataset = name[len(RG_PREFIX) :]
+    _, config_class = factory.DATASETS[dataset]
+    allowed = sorted(
+        f.name for f in dataclasses.fields(config_class) if f.name not in ("seed", "size")
+    )
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"{name}: unknown option(s) {unknown}; allowed: {', '.join(allowed)}")
+    try:
+        config_class(**options, seed=0, size=1).validate()
+    except (AssertionError, ValueError, TypeError) as exc:
+        raise ValueError(f"{name}: options rejected by reasoning-gym: {exc}") from None

@@ -1,12 +1,14 @@
 """A mixed-speed pair as real `swarm join` processes: the tiny model next to a real one.
 
-Node A runs `builtin:tiny` (a round takes ~30 ms here); node B runs the model at
+Node A runs `--fast-model` (default `builtin:tiny`, a round takes ~30 ms here; give the
+real model's folder there too for two real-model nodes); node B runs the model at
 `--slow-model` (any HF causal LM folder or id, e.g. SmolLM2-135M-Instruct converted as in
 `../shared/notes/real-model-offline.md`; a round takes tens of seconds on CPU). Both use
 the demo's task (`digit`) and SAPO 4/4; B waits for A (`--wait-peers 1`), runs
 `--rounds`, and A runs until B is done. The table shows, per node: rounds, seconds per
 round, rounds that trained on the other's groups, the version lag of what was used, and
-what was refused, read from both nodes' metrics.jsonl.
+what was refused, read from both nodes' metrics.jsonl, and the share of each node's own
+completions that carry the EOS bit (from its samples.jsonl: what it published).
 
     .venv/bin/python benchmarks/mixed_speed.py --slow-model /path/to/SmolLM2-135M-Instruct
 
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
+from node.samples import read_samples
 from swarm.identity import load_or_create_key_file
 
 
@@ -55,8 +58,11 @@ def _summary(records: list[dict[str, Any]], other: str) -> dict[str, Any]:
     }
 
 
-def measure(slow_model: str, rounds: int, out: Path) -> dict[str, dict[str, Any]]:
+def measure(
+    slow_model: str, rounds: int, out: Path, fast_model: str = "builtin:tiny"
+) -> dict[str, dict[str, Any]]:
     config_a, config_b = write_configs(2, 100_000, out)
+    config_a.write_text(config_a.read_text().replace('"builtin:tiny"', f'"{fast_model}"'))
     text = config_b.read_text().replace('"builtin:tiny"', f'"{slow_model}"')
     config_b.write_text(text.replace("checkpoint_every = 50000", f"checkpoint_every = {rounds}"))
     id_a = load_or_create_key_file(out / "node-0" / "node.key").peer_id
@@ -90,33 +96,51 @@ def measure(slow_model: str, rounds: int, out: Path) -> dict[str, dict[str, Any]
         if first - 60 <= r["time"] <= last
     ]
     return {
-        "fast (builtin:tiny)": _summary(records_a, id_b),
-        f"slow ({Path(slow_model).name})": _summary(records_b, id_a),
+        f"A ({Path(fast_model).name})": {
+            **_summary(records_a, id_b),
+            "eos_shared": eos_share(out / "node-0" / "samples.jsonl"),
+        },
+        f"B ({Path(slow_model).name})": {
+            **_summary(records_b, id_a),
+            "eos_shared": eos_share(out / "node-1" / "samples.jsonl"),
+        },
     }
+
+
+def eos_share(samples: Path) -> float | None:
+    """Share of the node's own recent completions (what it published) with the EOS bit."""
+    bits = [b for r in read_samples(samples) for b in (r.get("finished") or [])]
+    return sum(bits) / len(bits) if bits else None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slow-model", required=True, help="HF model folder or id")
     parser.add_argument("--rounds", type=int, default=4, help="rounds of the slow node")
+    parser.add_argument("--fast-model", default="builtin:tiny", help="node A's model")
     parser.add_argument("--keep", type=Path, help="keep the nodes' data here")
     args = parser.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-        result = measure(args.slow_model, args.rounds, args.keep)
+        result = measure(args.slow_model, args.rounds, args.keep, args.fast_model)
     else:
         with tempfile.TemporaryDirectory(prefix="mixed-speed-") as tmp:
-            result = measure(args.slow_model, args.rounds, Path(tmp))
+            result = measure(args.slow_model, args.rounds, Path(tmp), args.fast_model)
     print(
         "| node | rounds (while both ran) | s / round (median) | rounds using the other "
-        "| groups from the other | max version lag used | mean own reward | top refusals |"
+        "| groups from the other | max version lag used | mean own reward | EOS bit set in "
+        "own groups | top refusals |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, s in result.items():
         print(
             f"| {name} | {s['rounds']} | {s['s_per_round']} | {s['rounds_using_other']} "
             f"| {s['groups_from_other']} | {s['max_lag']} | {s['mean_reward']:.3f} "
-            f"| {s['refused']} |"
+            f"| {_pct(s['eos_shared'])} | {s['refused']} |"
         )
 
 

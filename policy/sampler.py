@@ -184,8 +184,12 @@ class TransformersSampler:
         numerics = compute_context(self.device, self.compute_dtype, self.param_dtype)
         try:
             with numerics:
-                out = self.model(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+                out = self.model(  # logits of the last position only: [B, 1, V], not [B, T, V]
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    logits_to_keep=1,
                 )
                 past, logits = out.past_key_values, out.logits[:, -1].float()
                 next_pos = positions[:, -1:] + 1

@@ -119,8 +119,11 @@ class TrainConfig(StrictModel):
     """Truncation of importance weights between sampler and trainer logprobs."""
     num_iterations: int = Field(1, ge=1, le=64)
     """Optimizer steps per batch of groups (TRL's `num_iterations`); >1 makes PPO clipping bite."""
-    micro_batch_size: int = Field(64, ge=1, le=65536)
-    """Sequences per forward/backward pass; gradients accumulate over one step's micro-batches."""
+    micro_batch_size: int = Field(8, ge=1, le=65536)
+    """Sequences per forward/backward pass; gradients accumulate over one step's
+    micro-batches (gradient accumulation: the step is the same for any size). Memory
+    grows with it: SmolLM2-135M, 32 sequences, CPU: peak 3.3 GB at 8, 6.9 GB at 64, at
+    the same step time."""
     weight_decay: float = Field(0.0, ge=0, le=1)
     """AdamW weight decay."""
     max_completion_tokens: int = Field(2048, ge=1, le=1 << 20)

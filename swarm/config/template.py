@@ -20,8 +20,17 @@ def _toml_value(value: Any) -> str:
         value = str(value)
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
+    if isinstance(value, dict):  # an inline table on one line (tomli_w writes a [section])
+        items = ", ".join(f"{k} = {_inline(v)}" for k, v in value.items())
+        return "{ " + items + " }" if items else "{}"
     rendered = tomli_w.dumps({"v": value}).strip()
     return rendered[len("v = ") :]
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    return _toml_value(value)
 
 
 def _comment(text: str | None) -> list[str]:

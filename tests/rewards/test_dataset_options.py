@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,13 @@ def test_workers_serve_the_nodes_variants() -> None:
     rescored = asyncio.run(go(variants(config.tasks)))
     assert rescored.rewards == (1.0, 0.0)  # type: ignore[union-attr]
     assert asyncio.run(go(())) == "unknown_task"  # a worker without the variant refuses
+
+
+def test_options_round_trip_through_the_commented_template(tmp_path: Path) -> None:
+    from swarm.config import load_config
+    from swarm.config.template import render_config
+
+    config = parse_config(_tasks(SAPO_ARITHMETIC))
+    path = tmp_path / "node.toml"
+    path.write_text(render_config(config))
+    assert load_config(path).tasks.mixture[0].options == SAPO_ARITHMETIC

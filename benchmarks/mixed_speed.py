@@ -4,7 +4,8 @@ Node A runs `--fast-model` (default `builtin:tiny`, a round takes ~30 ms here; g
 real model's folder there too for two real-model nodes); node B runs the model at
 `--slow-model` (any HF causal LM folder or id, e.g. SmolLM2-135M-Instruct converted as in
 `../shared/notes/real-model-offline.md`; a round takes tens of seconds on CPU). Both use
-the demo's task (`digit`) and SAPO 4/4; B waits for A (`--wait-peers 1`), runs
+the demo's task (`digit`, or `--task`) and SAPO 4/4 (a real model gets 16 new tokens:
+room for its answer block); B waits for A (`--wait-peers 1`), runs
 `--rounds`, and A runs until B is done. The table shows, per node: rounds, seconds per
 round, rounds that trained on the other's groups, the version lag of what was used, and
 what was refused, read from both nodes' metrics.jsonl, and the share of each node's own
@@ -52,18 +53,22 @@ def _summary(records: list[dict[str, Any]], other: str) -> dict[str, Any]:
         "max_lag": max(lags) if lags else None,
         "refused": dict(Counter(records[-1]["drops"]).most_common(3)) if records else {},
         "mean_reward": statistics.fmean(
-            [r["mean_local_reward"] for r in records if r["mean_local_reward"] is not None]
-            or [0.0]
+            [r["mean_local_reward"] for r in records if r["mean_local_reward"] is not None] or [0.0]
         ),
     }
 
 
 def measure(
-    slow_model: str, rounds: int, out: Path, fast_model: str = "builtin:tiny"
+    slow_model: str, rounds: int, out: Path, fast_model: str = "builtin:tiny", task: str = "digit"
 ) -> dict[str, dict[str, Any]]:
     config_a, config_b = write_configs(2, 100_000, out)
-    config_a.write_text(config_a.read_text().replace('"builtin:tiny"', f'"{fast_model}"'))
-    text = config_b.read_text().replace('"builtin:tiny"', f'"{slow_model}"')
+    for path, model in ((config_a, fast_model), (config_b, slow_model)):
+        text = path.read_text().replace('"builtin:tiny"', f'"{model}"')
+        text = text.replace('source = "digit"', f'source = "{task}"')
+        if not model.startswith("builtin:"):  # room for "<answer>7</answer>" and EOS
+            text = text.replace("max_new_tokens = 2", "max_new_tokens = 16")
+        path.write_text(text)
+    text = config_b.read_text()
     config_b.write_text(text.replace("checkpoint_every = 50000", f"checkpoint_every = {rounds}"))
     id_a = load_or_create_key_file(out / "node-0" / "node.key").peer_id
     id_b = load_or_create_key_file(out / "node-1" / "node.key").peer_id
@@ -91,9 +96,7 @@ def measure(
     records_b = read_metrics(out / "node-1" / "metrics.jsonl")
     first, last = records_b[0]["time"], records_b[-1]["time"]
     records_a = [
-        r
-        for r in read_metrics(out / "node-0" / "metrics.jsonl")
-        if first - 60 <= r["time"] <= last
+        r for r in read_metrics(out / "node-0" / "metrics.jsonl") if first - 60 <= r["time"] <= last
     ]
     return {
         f"A ({Path(fast_model).name})": {
@@ -122,14 +125,15 @@ def main() -> None:
     parser.add_argument("--slow-model", required=True, help="HF model folder or id")
     parser.add_argument("--rounds", type=int, default=4, help="rounds of the slow node")
     parser.add_argument("--fast-model", default="builtin:tiny", help="node A's model")
+    parser.add_argument("--task", default="digit", help="built-in task both nodes use")
     parser.add_argument("--keep", type=Path, help="keep the nodes' data here")
     args = parser.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-        result = measure(args.slow_model, args.rounds, args.keep, args.fast_model)
+        result = measure(args.slow_model, args.rounds, args.keep, args.fast_model, args.task)
     else:
         with tempfile.TemporaryDirectory(prefix="mixed-speed-") as tmp:
-            result = measure(args.slow_model, args.rounds, Path(tmp), args.fast_model)
+            result = measure(args.slow_model, args.rounds, Path(tmp), args.fast_model, args.task)
     print(
         "| node | rounds (while both ran) | s / round (median) | rounds using the other "
         "| groups from the other | max version lag used | mean own reward | EOS bit set in "

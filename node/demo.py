@@ -165,6 +165,7 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
     ):
         table.add_column(column)
     curves = {}
+    evals: dict[str, list[tuple[int, float]]] = {}
     for index in range(nodes):
         name = f"node-{index}"
         records = read_metrics(out / name / "metrics.jsonl")
@@ -173,6 +174,7 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
             continue
         s = summarize(records, 10)
         curves[name] = [r["mean_local_reward"] for r in records]
+        evals[name] = [(r["round"] - 1, r["eval"]["accuracy"]) for r in records if r.get("eval")]
         table.add_row(
             name,
             str(codes[name]),
@@ -190,12 +192,18 @@ def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
         highlight=False,
     )
     if curves:
-        plot = plot_rewards(curves, out / "reward.png")
+        plot = plot_rewards(curves, out / "reward.png", evals)
         console.print(f"reward plot: {plot}; per-node logs in {out}/node-*.log")
     return 0 if all(code == 0 for code in codes.values()) else 1
 
 
-def plot_rewards(curves: dict[str, list[float]], path: Path) -> Path:
+def plot_rewards(
+    curves: dict[str, list[float]],
+    path: Path,
+    evals: dict[str, list[tuple[int, float]]] | None = None,
+) -> Path:
+    """Smoothed own-sample reward per node; with `evals`, each node's held-out greedy
+    accuracy (evaluated at the start of a round: after `round` rounds of training)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,9 +217,19 @@ def plot_rewards(curves: dict[str, list[float]], path: Path) -> Path:
             / len(rewards[max(0, i - window + 1) : i + 1])
             for i in range(len(rewards))
         ]
-        ax.plot(range(1, len(rewards) + 1), smooth, label=name)
+        line = ax.plot(range(1, len(rewards) + 1), smooth, label=name)[0]
+        points = (evals or {}).get(name) or []
+        if points:
+            ax.plot(
+                [x for x, _ in points],
+                [y for _, y in points],
+                marker="s",
+                linestyle="--",
+                color=line.get_color(),
+                label=f"{name} held-out accuracy",
+            )
     ax.set_xlabel("round")
-    ax.set_ylabel("mean reward of own samples (5-round mean)")
+    ax.set_ylabel("reward of own samples (5-round mean) / held-out accuracy")
     ax.set_title("swarm demo: nodes sharing rollouts over libp2p")
     ax.legend()
     fig.tight_layout()

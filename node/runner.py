@@ -369,6 +369,7 @@ class Node:
         sapo = self.config.sapo
         start = self.timer()
         evaluation = await self._maybe_evaluate()
+        eval_s = self.timer() - start
         refs = self.tasks.next_refs(sapo.local_groups)
         # Distinct per node (task seed) even when nodes share one initial model.
         seed = (
@@ -481,6 +482,7 @@ class Node:
                 publish=publish_s,
                 checkpoint=checkpoint_s,
                 deltas=delta_s,
+                eval=eval_s,
                 total=self.timer() - start,
             ),
             "train": trained.stats,

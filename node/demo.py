@@ -229,7 +229,7 @@ def plot_rewards(
                 label=f"{name} held-out accuracy",
             )
     ax.set_xlabel("round")
-    ax.set_ylabel("reward of own samples (5-round mean) / held-out accuracy")
+    ax.set_ylabel("own reward (5-round mean) / held-out acc.")
     ax.set_title("swarm demo: nodes sharing rollouts over libp2p")
     ax.legend()
     fig.tight_layout()

@@ -14,9 +14,10 @@ Per step:
    budget cannot make one sample weigh more than a local one. Completions longer than
    `max_completion_tokens` are left out (counted in `n_too_long`).
    Group size: a group of G' completions is weighted `min(1, G / G')` per sequence (G the
-   local group size), folded into its advantages (exact: the clipped objective is
-   positively homogeneous in the advantage), so a peer's oversized group counts as one
-   local group at most and never dominates a step.
+   local group size), folded into its advantages (the policy-gradient term scales
+   exactly: the clipped objective is positively homogeneous in the advantage; the KL
+   term and the token normalizers are not reweighted), so a peer's oversized group
+   counts as one local group at most in the gradient and never dominates a step.
 4. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
    computed before the update and detached. Foreign completions thus start at ratio 1:
    the peer's behaviour policy is unknown, so there is no ratio against its logprobs.

@@ -51,7 +51,8 @@ class ModelConfig(StrictModel):
     machine shared with other nodes or busy processes, set it: two processes that each use
     every core can run many times slower than with one thread each."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, about 30% more time)."""
+    """Recompute activations in the backward pass: less memory, one more forward pass of
+    compute per step."""
     lora: LoraConfig = LoraConfig()
     """Low-rank adapters instead of full fine-tuning (off by default)."""
 
@@ -235,7 +236,8 @@ class RewardsConfig(StrictModel):
 
 class EvalConfig(StrictModel):
     every: int = Field(25, ge=0, le=1 << 30)
-    """Evaluate every this many rounds (and after the last); 0 turns evaluation off."""
+    """Evaluate at the start of round 0 (before any training) and of every `every`-th
+    round after it; 0 turns evaluation off."""
     num_tasks: int = Field(32, ge=1, le=4096)
     """Size of the fixed held-out set: task references drawn from this node's mixture."""
     max_new_tokens: int | None = Field(None, ge=1, le=32768)

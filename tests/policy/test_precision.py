@@ -69,3 +69,18 @@ def test_threads_are_set_from_config() -> None:
     assert configure_threads(0, small_model=True) == 1
     torch.set_num_threads(2)
     assert configure_threads(0) == 2  # torch's own setting is left alone
+
+
+def test_gradient_checkpointing_gives_the_same_step() -> None:
+    results = []
+    for checkpointing in (False, True):
+        config = ModelConfig(device="cpu", gradient_checkpointing=checkpointing)
+        model, tok = load_policy_model(config)
+        trainer = Trainer(model, tok, TrainConfig(learning_rate=1e-3), "cpu")
+        eos = tok.eos_token_id
+        ids = [[tok.convert_tokens_to_ids(c), eos] for c in "73"]
+        stats = trainer.step([TrainGroup("3+4=", ["7", "3"], [1.0, 0.0], ids)])
+        assert model.is_gradient_checkpointing == checkpointing
+        results.append((stats.loss, stats.grad_norm))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    assert results[0][1] == pytest.approx(results[1][1], rel=1e-4)

@@ -20,7 +20,7 @@ import logging
 import statistics
 from dataclasses import dataclass
 
-from rewards.mixture import register_variants
+from rewards.mixture import Variants, register_variants
 from rewards.registry import score_group
 from rewards.tasks import UnusableSource, make_task
 from swarm.config import RewardsConfig
@@ -47,7 +47,7 @@ class Rescored:
 
 
 def rescore_group(
-    group: RolloutGroup, config: RewardsConfig, variants: tuple[tuple[str, dict], ...] = ()
+    group: RolloutGroup, config: RewardsConfig, variants: Variants = ()
 ) -> Rescored:
     """The group's local rewards, or `Refused`. `variants`: the node's reasoning-gym
     dataset variants (`rewards.mixture.variants`), served here too (a worker process)."""

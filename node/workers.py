@@ -43,6 +43,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from node.rescore import Refused, Rescored, rescore_group
+from rewards.mixture import Variants
 from rewards.sandbox import START_TIMEOUT_S, WorkerProcess, context
 from swarm.config import RewardsConfig
 from swarm.messages import RolloutGroup
@@ -103,7 +104,7 @@ class InlineRescorer:
         self,
         rewards_config: RewardsConfig,
         timer: Callable[[], float] = time.perf_counter,
-        variants: tuple[tuple[str, dict], ...] = (),
+        variants: Variants = (),
     ) -> None:
         self.config = rewards_config
         self.variants = variants
@@ -159,7 +160,7 @@ class RescoreWorkers:
         max_queued: int = 256,
         start_method: str | None = None,
         preload: Sequence[str] = (),
-        variants: tuple[tuple[str, dict], ...] = (),
+        variants: Variants = (),
     ) -> None:
         if workers < 1 or max_queued < 1 or not timeout_s > 0:
             raise ValueError("workers and max_queued must be >= 1 and timeout_s > 0")

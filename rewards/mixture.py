@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import random
 from itertools import accumulate
 
@@ -53,23 +54,28 @@ def wire_source(spec: TaskSpec) -> str:
     return rg.register_variant(spec.source[len(RG_PREFIX) :], spec.options)
 
 
-def variants(config: TasksConfig) -> tuple[tuple[str, dict], ...]:
-    """(dataset, options) of every reasoning-gym variant in the mixture, for processes
-    that must serve them too (re-scoring workers)."""
-    return tuple(
-        (spec.source[len(RG_PREFIX) :], dict(spec.options))
-        for spec in config.mixture
-        if spec.options
-    )
+Variants = tuple[tuple[str, str], ...]
+"""(dataset, canonical options JSON) pairs: hashable, picklable, equal for equal options."""
 
 
-def register_variants(found: tuple[tuple[str, dict], ...]) -> None:
+def variants(config: TasksConfig) -> Variants:
+    """Every reasoning-gym variant in the mixture, for processes that must serve them too
+    (re-scoring workers)."""
+    found = []
+    for spec in config.mixture:
+        if spec.options:
+            opts = json.dumps(spec.options, sort_keys=True, separators=(",", ":"))
+            found.append((spec.source[len(RG_PREFIX) :], opts))
+    return tuple(found)
+
+
+def register_variants(found: Variants) -> None:
     """Serve the given variants in this process (idempotent)."""
     if found:
         from rewards import rg
 
-        for dataset, options in found:
-            rg.register_variant(dataset, options)
+        for dataset, opts in found:
+            rg.register_variant(dataset, json.loads(opts))
 
 
 class TaskStream:

@@ -93,12 +93,12 @@ def _memo_decode(
 def _memo_rescore(
     fn: Callable[..., Rescored], cache: dict[tuple[Any, ...], Any], canon: _Canon
 ) -> Callable[..., Rescored]:
-    def memoized(group: Any, config: Any) -> Rescored:
-        key = (group, canon(config))
+    def memoized(group: Any, config: Any, variants: tuple[Any, ...] = ()) -> Rescored:
+        key = (group, canon(config), variants)
         hit = cache.get(key)
         if hit is None:
             try:
-                hit = fn(group, config)
+                hit = fn(group, config, variants)
             except Refused as refused:
                 hit = refused.reason
             if len(cache) >= MAX_ENTRIES:

@@ -18,13 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from node.policy_learner import PolicyLearner
+from policy.precision import share_changed
 from policy.trainer import TrainGroup
 from rewards.tasks import make_task
 from swarm.config import parse_config
 from swarm.messages import TaskRef
 
 
-def share_changed(model: str, dtype: str, master: bool, lr: float, steps: int) -> list[float]:
+def shares_per_step(model: str, dtype: str, master: bool, lr: float, steps: int) -> list[float]:
     with tempfile.TemporaryDirectory() as tmp:
         learner = PolicyLearner(
             parse_config(
@@ -45,11 +46,7 @@ def share_changed(model: str, dtype: str, master: bool, lr: float, steps: int) -
         for _ in range(steps):
             before = {k: v.clone() for k, v in learner.model.state_dict().items()}
             learner.trainer.step([group])
-            changed = total = 0
-            for name, tensor in learner.model.state_dict().items():
-                changed += int((tensor != before[name]).sum())
-                total += tensor.numel()
-            shares.append(changed / total)
+            shares.append(share_changed(before, learner.model))
         return shares
 
 
@@ -67,7 +64,7 @@ def main() -> None:
         ("bfloat16 (no master)", "bfloat16", False),
         ("bf16 autocast, fp32 master", "bfloat16", True),
     ):
-        shares = share_changed(args.model, dtype, master, args.lr, args.steps)
+        shares = shares_per_step(args.model, dtype, master, args.lr, args.steps)
         print(f"{label:<28} {'  '.join(f'{s:8.2%}' for s in shares):>40}")
 
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from node.policy_learner import PolicyLearner
+from policy.precision import share_changed
 from policy.sampler import SamplingParams
 from policy.trainer import TrainGroup
 from rewards.mixture import TaskStream
@@ -79,15 +80,6 @@ def informative_group(learner: PolicyLearner, groups: list[Any]) -> TrainGroup:
     )
 
 
-def share_changed(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> float:
-    changed = total = 0
-    for name, tensor in model.state_dict().items():
-        if name in before:
-            changed += int((tensor != before[name]).sum())
-            total += tensor.numel()
-    return changed / max(total, 1)
-
-
 def full_checks(args: argparse.Namespace, out: Path) -> list[Row]:
     rows: list[Row] = []
     learner = PolicyLearner(config(args.model, args.device, args.backend, False, out / "full"))
@@ -112,7 +104,7 @@ def full_checks(args: argparse.Namespace, out: Path) -> list[Row]:
     start = time.perf_counter()
     stats = learner.trainer.step([group])
     step_s = time.perf_counter() - start
-    share = share_changed(learner.model, before)
+    share = share_changed(before, learner.model)
     rows.append(
         ("bf16 step over fp32 masters", share > 0.5, f"{share:.1%} of weights, {step_s:.2f} s")
     )

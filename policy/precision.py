@@ -10,6 +10,8 @@ Invariants:
   transformers sampler runs inside it, so both see the same numerics.
 - `lr_factor` is a pure function of the optimizer step: linear warm-up from 0, then
   constant or a linear / cosine decay to `min_lr_ratio` at `schedule_steps`, held after.
+- `share_changed(before, model)` is the fraction of elements of `before`'s tensors that
+  differ in the model now (how much one update moved; the bf16 tests and benchmarks).
 - `configure_threads(n, small_model)` sets torch's intra-op threads for the process
   (0: one for the built-in models, else torch's default, which `OMP_NUM_THREADS` sets).
 """
@@ -69,3 +71,13 @@ def lr_factor(step: int, config: TrainConfig) -> float:
     if config.lr_schedule == "linear":
         return 1.0 - (1.0 - floor) * progress
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def share_changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> float:
+    """Fraction of the elements of the tensors in `before` that differ in `model` now."""
+    changed = total = 0
+    for name, tensor in model.state_dict().items():
+        if name in before:
+            changed += int((tensor != before[name]).sum())
+            total += tensor.numel()
+    return changed / max(total, 1)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from policy.loading import load_policy_model
-from policy.precision import configure_threads, lr_factor, parameter_dtype
+from policy.precision import configure_threads, lr_factor, parameter_dtype, share_changed
 from policy.trainer import Trainer, TrainGroup
 from swarm.config.learning import ModelConfig, SamplerConfig, TrainConfig
 
@@ -51,11 +51,7 @@ def _share_changed(master_weights: bool) -> float:
         [[tok.convert_tokens_to_ids("7"), eos], [tok.convert_tokens_to_ids("3"), eos]],
     )
     assert trainer.step([group]).n_groups == 1
-    changed = total = 0
-    for name, tensor in model.state_dict().items():
-        changed += int((tensor != before[name]).sum())
-        total += tensor.numel()
-    return changed / total
+    return share_changed(before, model)
 
 
 def test_bf16_with_master_weights_really_updates() -> None:

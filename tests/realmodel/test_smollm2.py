@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from node.deltas import model_params
 from node.policy_learner import PolicyLearner
 from policy.export import export_hf
+from policy.precision import share_changed
 from policy.trainer import TrainGroup
 from rewards.tasks import make_task
 from swarm.codec import Limits
@@ -46,15 +47,6 @@ def _group(learner: PolicyLearner) -> TrainGroup:
         finished=[True, True],
         prompt_ids=learner.renderer.ids(task.prompt, "add"),
     )
-
-
-def _share_changed(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> float:
-    changed = total = 0
-    for name, tensor in model.state_dict().items():
-        if name in before:
-            changed += int((tensor != before[name]).sum())
-            total += tensor.numel()
-    return changed / total
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +83,7 @@ def test_a_grpo_step_changes_the_weights(learner: PolicyLearner) -> None:
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}
     stats = learner.trainer.step([_group(learner)])
     assert stats.n_groups == 1 and stats.policy_version == learner.policy_version
-    assert _share_changed(learner.model, before) > 0.5
+    assert share_changed(before, learner.model) > 0.5
 
 
 def test_bf16_with_master_weights_moves_weights_that_bf16_alone_rounds_away(
@@ -108,7 +100,7 @@ def test_bf16_with_master_weights_moves_weights_that_bf16_alone_rounds_away(
         node = PolicyLearner(config)
         before = {k: v.clone() for k, v in node.model.state_dict().items()}
         assert node.trainer.step([_group(node)]).n_groups == 1
-        shares[master] = _share_changed(node.model, before)
+        shares[master] = share_changed(before, node.model)
         del node
     assert shares[True] > 0.5 and shares[False] < 0.5 * shares[True], shares
 

@@ -11,7 +11,6 @@ import json
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -24,15 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from node.metrics import read_metrics
+from node.ports import free_port
 from node.progress import summarize
 from node.starter import learning_settings, merge
 from swarm.identity import write_key_file
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def demo_config(

@@ -25,14 +25,10 @@ from typing import Any
 
 import pytest
 
+from node.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 PEER_SCRIPT = Path(__file__).with_name("peer_process.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def mosquitto_path() -> str | None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from cli.dashboard import DashboardOpt, dashboard, dashboard_for_node
 from swarm import __version__
 from swarm.config import NodeConfig, load_config
 from swarm.config.template import render_config
@@ -247,6 +248,7 @@ def join(
         float,
         typer.Option(min=0, help="Seconds --wait-peers waits at most (then starts anyway)."),
     ] = 60.0,
+    dashboard_at: DashboardOpt = None,
 ) -> None:
     """Join a swarm: sample, share, train on local + peers' rollouts, checkpoint, resume."""
     from node.build import apply_overrides, build_node
@@ -292,7 +294,8 @@ def join(
         )
         return node
 
-    node = asyncio.run(run())
+    with dashboard_for_node(dashboard_at, config.node.data_dir):
+        node = asyncio.run(run())
     if not _report_checkpoints(node):
         raise typer.Exit(1)
     err.print(f"stopped after round {node.rounds_done}; checkpoint written")
@@ -304,6 +307,7 @@ def train(
     config_path: ConfigOpt = Path("node.toml"),
     rounds: Annotated[int, typer.Option(help="Rounds to train.")] = 50,
     data_dir: DataDirOpt = None,
+    dashboard_at: DashboardOpt = None,
 ) -> None:
     """Train a silo node (no network): the same loop with J = 0 and a memory transport."""
     from node.build import apply_overrides, build_node
@@ -328,7 +332,9 @@ def train(
         await node.run(rounds)
         return node
 
-    if not _report_checkpoints(asyncio.run(run())):
+    with dashboard_for_node(dashboard_at, config.node.data_dir):
+        node = asyncio.run(run())
+    if not _report_checkpoints(node):
         raise typer.Exit(1)
 
 
@@ -436,6 +442,9 @@ def demo(
     from node.demo import run_demo
 
     sys.exit(run_demo(nodes, rounds, out, console))
+
+
+app.command()(user_errors(dashboard))
 
 
 def _mount_plugins() -> None:

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from node.metrics import read_metrics
 from node.ports import free_port
-from node.progress import summarize
+from node.run_summary import summarize
 from node.starter import learning_settings, merge
 from swarm.identity import write_key_file
 

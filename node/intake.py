@@ -28,6 +28,7 @@ from typing import Any
 
 from gossip.layer import Gossip, Received
 from node.learner import Learner
+from node.peer_table import PeerInfo, peer_rows
 from node.pool import RolloutPool
 from node.rescore import Refused
 from node.workers import Rescorer
@@ -58,6 +59,8 @@ NOT_THE_PEERS_FAULT = frozenset(
 )
 CREDIT_PER_GROUP = 0.5
 """Score credit for a peer's group that passed re-scoring and entered the pool."""
+WAIT_POLL_S = 0.2
+"""How often `wait_for_peers` looks at the peers table."""
 
 
 @dataclass(frozen=True)
@@ -68,14 +71,6 @@ class Admission:
     message: RolloutBatch | DeltaPacket
     arrival_round: int
     arrival_time: float
-
-
-@dataclass
-class PeerInfo:
-    model_id: str
-    model_family: str
-    policy_version: int
-    last_seen: float
 
 
 class Intake:
@@ -119,6 +114,30 @@ class Intake:
         self.new_peer = asyncio.Event()
         """Set by a hello from a peer not in the table (the node answers with its own)."""
 
+    async def wait_for_peers(self, count: int, timeout_s: float, stop: asyncio.Event) -> None:
+        """Until `count` peers said hello, `timeout_s` passed or `stop` is set."""
+        deadline = self.clock.now() + timeout_s
+        while len(self.peers) < count and self.clock.now() < deadline:
+            if stop.is_set():
+                return
+            await self.clock.sleep(WAIT_POLL_S)
+        if len(self.peers) < count:
+            log.warning("waited %.0f s for %d peer(s), have %d: starting anyway",
+                        timeout_s, count, len(self.peers))  # fmt: skip
+
+    def peer_rows(self) -> list[dict[str, Any]]:
+        """The peer table (`node.peer_table`): a peer is `direct` while we hold a connection
+        to it, else `relayed` (its messages reach us through other peers or a broker)."""
+        connected = set(self.gossip.transport.connected_peers())
+        scores = self.gossip.scores
+        return peer_rows(
+            self.peers,
+            now=self.clock.now(),
+            score=scores.score,
+            ignored=scores.is_ignored,
+            link=lambda peer: "direct" if peer in connected else "relayed",
+        )
+
     def sender_version(self, sender: str) -> int:
         return self.sender_versions.version(sender)
 
@@ -151,7 +170,13 @@ class Intake:
                         "first_peer",
                         {"peer": sender, "model_id": hello.model_id, "after_s": round(waited, 3)},
                     )
-        self.peers[sender] = PeerInfo(hello.model_id, hello.model_family, hello.policy_version, now)
+        known = self.peers.get(sender)
+        if known is None:
+            info = PeerInfo(hello.model_id, hello.model_family, hello.policy_version, now)
+            self.peers[sender] = info
+        else:  # keep what we measured of it (re-scored rewards)
+            known.model_id, known.model_family = hello.model_id, hello.model_family
+            known.policy_version, known.last_seen = hello.policy_version, now
         self.peers.move_to_end(sender)
         if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
             self.peers.popitem(last=False)  # the least recently seen
@@ -196,6 +221,8 @@ class Intake:
             )
             if refused_by_pool is None:
                 self.gossip.credit(sender, CREDIT_PER_GROUP)
+                if sender in self.peers:
+                    self.peers[sender].note_verified(rescored.rewards)
             else:
                 self.drop(refused_by_pool, None)  # the sender's own claims, or our size
 

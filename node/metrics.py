@@ -34,6 +34,14 @@ def mean_or_none(values: Iterable[float]) -> float | None:
     return statistics.fmean(items) if items else None
 
 
+def mean_by_key(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """The mean value per key, rounded for a metrics line."""
+    sums: dict[str, list[float]] = {}
+    for key, value in pairs:
+        sums.setdefault(key, []).append(value)
+    return {key: round(statistics.fmean(values), 4) for key, values in sums.items()}
+
+
 def round_seconds(**phases: float) -> dict[str, float]:
     """A round's time split: the phases given (one of them `total`, publish being only
     the part not hidden behind training) plus `other`, the rest of `total`."""

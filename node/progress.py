@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from node.metrics import read_metrics
+from node.run_summary import summarize
 from swarm.errors import ConfigError
 
 
@@ -30,38 +29,27 @@ def print_round(console: Console, name: str, record: dict[str, Any]) -> None:
     )
 
 
-def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
-    tail = records[-last:]
-    rewards = [r["mean_local_reward"] for r in tail if r["mean_local_reward"] is not None]
-    first = [r["mean_local_reward"] for r in records[:last] if r["mean_local_reward"] is not None]
-    by_sender: Counter[str] = Counter()
-    for record in records:
-        by_sender.update(record["external_by_sender"])
-    final = records[-1]
-    seconds = Counter()
-    for record in records:
-        seconds.update(record["seconds"])
-    work = seconds["sample"] + seconds["score"] + seconds["train"]
-    evals = [(r["round"], r["eval"]) for r in records if r.get("eval")]
-    return {
-        "eval_first": evals[0] if evals else None,
-        "eval_last": evals[-1] if evals else None,
-        "rounds": final["round"],
-        "policy_version": final["policy_version"],
-        "peers": final.get("peers", 0),
-        "first_external_round": final.get("first_external_round"),
-        "rounds_with_external": sum(1 for r in records if r["external_groups"]),
-        "reward_first": statistics.fmean(first) if first else None,
-        "reward_last": statistics.fmean(rewards) if rewards else None,
-        "cumulative_reward": sum(r["mean_local_reward"] or 0.0 for r in records),
-        "external_groups": sum(r["external_groups"] for r in records),
-        "external_by_sender": dict(by_sender),
-        "drops": final["drops"],
-        "peer_scores": final.get("peer_scores"),  # absent in metrics of older versions
-        "bytes_in": final["bytes_in"],
-        "bytes_out": final["bytes_out"],
-        "overhead_fraction": 1 - work / seconds["total"] if seconds["total"] else None,
-    }
+def headline(s: dict[str, Any], last: int) -> list[tuple[str, str, str]]:
+    """(key, label, value) of a run's headline figures, as `swarm status` and the
+    dashboard both show them (`s`: `RunSummary.summary()`)."""
+    drops = s["drops"]
+    no_signal = drops.get("zero_variance", 0)
+    latest = s["eval_last"]
+    overhead = s["overhead_fraction"]
+    return [
+        ("round", "rounds done", str(s["rounds"])),
+        ("policy_version", "policy version", str(s["policy_version"])),
+        ("peers", "peers (said hello)", str(s["peers"])),
+        ("reward_last", f"mean reward, last {last} rounds", _fmt(s["reward_last"])),
+        ("reward_first", f"mean reward, first {last} rounds", _fmt(s["reward_first"])),
+        ("eval", "held-out accuracy, latest", _fmt(latest[1]["accuracy"] if latest else None)),
+        ("external_groups", "peers' groups trained on", str(s["external_groups"])),
+        ("rounds_with_external", "rounds with peers' groups", str(s["rounds_with_external"])),
+        ("no_signal", "peers' groups without signal", str(no_signal)),
+        ("refused", "refused (other reasons)", str(sum(drops.values()) - no_signal)),
+        ("overhead", "time outside sample/score/train",
+         "-" if overhead is None else f"{100 * overhead:.1f}%"),
+    ]  # fmt: skip
 
 
 def status_table(data_dir: Path, last: int) -> Table:
@@ -74,15 +62,10 @@ def status_table(data_dir: Path, last: int) -> Table:
     table = Table(title=f"node {data_dir}", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    table.add_row("rounds / policy version", f"{s['rounds']} / {s['policy_version']}")
-    table.add_row("peers (said hello)", str(s["peers"]))
+    for _, label, value in headline(s, last):
+        table.add_row(label, value)
     first = s["first_external_round"]
-    table.add_row(
-        "first round with external groups / rounds with them",
-        f"{first if first is not None else '-'} / {s['rounds_with_external']}",
-    )
-    table.add_row(f"mean reward, first {last} rounds", _fmt(s["reward_first"]))
-    table.add_row(f"mean reward, last {last} rounds", _fmt(s["reward_last"]))
+    table.add_row("first round with external groups", str(first if first is not None else "-"))
     table.add_row("cumulative reward", f"{s['cumulative_reward']:.2f}")
     for label, entry in (("first", s["eval_first"]), ("latest", s["eval_last"])):
         if entry is not None:
@@ -91,7 +74,6 @@ def status_table(data_dir: Path, last: int) -> Table:
                 f"held-out accuracy, {label} (v{ev['policy_version']}, round {rnd})",
                 f"{ev['accuracy']:.3f} of {ev['n']} (greedy; {100 * ev['finished']:.0f}% ended)",
             )
-    table.add_row("external groups used", str(s["external_groups"]))
     for sender, count in sorted(s["external_by_sender"].items()):
         table.add_row(f"  from {sender[:16]}…", str(count))
     table.add_row(
@@ -112,6 +94,4 @@ def status_table(data_dir: Path, last: int) -> Table:
             )
             reasons = ", ".join(f"{k}: {v}" for k, v in info["reasons"].items())
             table.add_row(f"  {peer[:16]}… score {info['score']:.1f}", f"{state}; {reasons or '-'}")
-    if s["overhead_fraction"] is not None:
-        table.add_row("time outside sample/score/train", f"{100 * s['overhead_fraction']:.1f}%")
     return table

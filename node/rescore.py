@@ -46,9 +46,7 @@ class Rescored:
         return self.advisory_gap > FORGED_REWARD_GAP
 
 
-def rescore_group(
-    group: RolloutGroup, config: RewardsConfig, variants: Variants = ()
-) -> Rescored:
+def rescore_group(group: RolloutGroup, config: RewardsConfig, variants: Variants = ()) -> Rescored:
     """The group's local rewards, or `Refused`. `variants`: the node's reasoning-gym
     dataset variants (`rewards.mixture.variants`), served here too (a worker process)."""
     register_variants(variants)

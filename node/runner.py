@@ -42,9 +42,9 @@ from node import checkpoints
 from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner
-from node.metrics import MetricsWriter, histogram, mean_or_none, round_seconds
+from node.metrics import histogram, mean_by_key, mean_or_none, round_seconds
 from node.pool import RolloutPool
-from node.samples import SamplesLog, group_records
+from node.round_outputs import RoundOutputs
 from node.supervise import supervise
 from node.workers import InlineRescorer, Rescorer
 from rewards.mixture import TaskStream
@@ -65,7 +65,6 @@ ADMISSION_QUEUE = 256
 """Received rollout batches and deltas waiting for re-scoring / decoding."""
 ADMISSION_WORKERS = 2
 """Concurrent admissions (each waits on the rescorer or a decoding thread)."""
-WAIT_POLL_S = 0.2
 
 
 @dataclass
@@ -143,8 +142,7 @@ class Node:
             if config.deltas.enabled
             else None
         )
-        self._metrics: MetricsWriter | None = None
-        self._samples: SamplesLog | None = None
+        self._outputs: RoundOutputs | None = None
         self._wait_s = 0.0
         self.checkpoint_errors = 0  # failed checkpoint writes (disk full, I/O error, ...)
         self.last_checkpoint_error: str | None = None
@@ -255,6 +253,21 @@ class Node:
         wait_peers: int,
         wait_timeout_s: float,
     ) -> None:
+        # First: a logging backend that cannot start (package missing) stops us before
+        # we join the swarm.
+        self._outputs = RoundOutputs(self.config, self.peer_id)
+        try:
+            await self._run_joined(rounds, on_started, wait_peers, wait_timeout_s)
+        finally:
+            self._outputs.close()
+
+    async def _run_joined(
+        self,
+        rounds: int | None,
+        on_started: Callable[[], None] | None,
+        wait_peers: int,
+        wait_timeout_s: float,
+    ) -> None:
         await self.gossip.start()
         await self.gossip.subscribe(self._rollouts_topic)
         await self.gossip.subscribe(self._peers_topic)
@@ -263,11 +276,6 @@ class Node:
         self.started_at = self.intake.started_at = self.clock.now()
         if on_started is not None:
             on_started()
-        self._metrics = MetricsWriter(self.data_dir / "metrics.jsonl")
-        if self.config.node.samples_keep > 0:
-            self._samples = SamplesLog(
-                self.data_dir / "samples.jsonl", self.config.node.samples_keep
-            )
         self._admissions = asyncio.Queue(ADMISSION_QUEUE)
         background = {"receive": self._receive_loop(), "announce": self._announce_loop()}
         for i in range(ADMISSION_WORKERS):
@@ -275,7 +283,6 @@ class Node:
         try:
             await supervise(self._round_loop(rounds, wait_peers, wait_timeout_s), background)
         finally:
-            self._metrics.close()
             await self.gossip.stop()
 
     # ---- receiving -------------------------------------------------------------------
@@ -331,23 +338,9 @@ class Node:
 
     # ---- the round loop --------------------------------------------------------------
 
-    async def _wait_for_peers(self, count: int, timeout_s: float) -> None:
-        deadline = self.clock.now() + timeout_s
-        while len(self.peers) < count and self.clock.now() < deadline:
-            if self.stop_requested.is_set():
-                return
-            await self.clock.sleep(WAIT_POLL_S)
-        if len(self.peers) < count:
-            log.warning(
-                "waited %.0f s for %d peer(s), have %d: starting anyway",
-                timeout_s,
-                count,
-                len(self.peers),
-            )
-
     async def _round_loop(self, rounds: int | None, wait_peers: int, wait_timeout_s: float) -> None:
         if wait_peers > 0:
-            await self._wait_for_peers(wait_peers, wait_timeout_s)
+            await self.intake.wait_for_peers(wait_peers, wait_timeout_s, self.stop_requested)
         target = None if rounds is None else self.rounds_done + rounds
         while target is None or self.rounds_done < target:
             if self.stop_requested.is_set():
@@ -458,6 +451,9 @@ class Node:
             "local_groups": len(sampled.groups),
             "external_groups": len(external),
             "external_by_sender": dict(Counter(e.sender for e in external)),
+            "external_reward_by_sender": mean_by_key(
+                (e.sender, r) for e in external for r in e.rewards
+            ),
             "mean_local_reward": mean_or_none(r for g in sampled.groups for r in g.rewards),
             "mean_external_reward": mean_or_none(r for e in external for r in e.rewards),
             "age": histogram(chosen_ages),
@@ -472,7 +468,7 @@ class Node:
             "peer_scores": self.gossip.scores.snapshot(),
             "transport": self._transport_stats(),
             "checkpoint_errors": self.checkpoint_errors,
-            "metrics_dropped": self._metrics.dropped if self._metrics is not None else 0,
+            "metrics_dropped": self._outputs.metrics_dropped if self._outputs is not None else 0,
             "bytes_in": counters["bytes_in"],
             "bytes_out": counters["bytes_out"],
             "seconds": round_seconds(
@@ -489,12 +485,8 @@ class Node:
             "deltas": deltas_record,
             "eval": evaluation,
         }
-        if self._metrics is not None:
-            self._metrics.write(record)
-        if self._samples is not None:
-            self._samples.append(
-                group_records(self.rounds_done, record["policy_version"], sampled.groups)
-            )
+        if self._outputs is not None:
+            self._outputs.write(record, sampled.groups, self.intake.peer_rows())
         if self.on_round is not None:
             self.on_round(RoundReport(self.rounds_done, record))
         return record

@@ -34,7 +34,7 @@ from swarm.config.network import (
     MqttTransportConfig,
     TransportConfig,
 )
-from swarm.config.node import NodeSection, SapoConfig
+from swarm.config.node import LoggingConfig, NodeSection, SapoConfig
 from swarm.errors import ConfigError
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "EvalConfig",
     "GossipConfig",
     "Libp2pTransportConfig",
+    "LoggingConfig",
     "MemoryTransportConfig",
     "ModelConfig",
     "MqttTransportConfig",
@@ -86,6 +87,8 @@ class NodeConfig(StrictModel):
     """Compressed weight-delta sharing within one model family (off by default)."""
     eval: EvalConfig = EvalConfig()
     """Greedy accuracy on a fixed held-out set of tasks, every few rounds."""
+    logging: LoggingConfig = LoggingConfig()
+    """Optional metric backends (TensorBoard, W&B) besides metrics.jsonl."""
 
     @model_validator(mode="after")
     def _lora_needs_transformers(self) -> NodeConfig:

@@ -1,8 +1,10 @@
-"""Config sections owned by `node/`: identity, data dir, the SAPO mix and checkpoints."""
+"""Config sections owned by `node/`: identity, data dir, the SAPO mix, checkpoints and
+where metrics are logged."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -73,3 +75,16 @@ class SapoConfig(StrictModel):
         if self.local_groups + self.external_groups == 0:
             raise ValueError("local_groups + external_groups must be > 0")
         return self
+
+
+class LoggingConfig(StrictModel):
+    backends: list[Literal["tensorboard", "wandb"]] = []
+    """Extra places each round's metrics go, besides `<data_dir>/metrics.jsonl` (always):
+    `tensorboard` (event files; `pip install tensorboard`) and `wandb` (Weights & Biases;
+    `pip install wandb`). Off by default."""
+    tensorboard_dir: Path | None = None
+    """Where TensorBoard event files go. Default: <data_dir>/tensorboard."""
+    wandb_project: str = Field("swarm", min_length=1, max_length=128)
+    """The W&B project runs are logged to (the run is named after `node.name`)."""
+    wandb_mode: Literal["online", "offline"] = "online"
+    """`offline` writes the run under <data_dir>/wandb for a later `wandb sync`."""

@@ -1,0 +1,119 @@
+"""A node's run summarized as its metrics lines stream in, in bounded memory.
+
+One implementation behind every view of a run: `swarm status`, the demo's table, the
+dashboard and its Prometheus endpoint, so they can never disagree.
+
+Invariants:
+- `add(record)` takes the metrics lines in file order (a restarted node may repeat
+  rounds it had done after its last checkpoint: they are counted again, as they were
+  trained again).
+- Memory is bounded whatever the run's length: totals are running sums, the chart
+  history keeps the newest `max_history` rounds, `last` windows are deques.
+- Cumulative counters in a record (drops, bytes, publish failures) are the node's
+  running totals since its process started: the summary shows the newest line's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, deque
+from typing import Any
+
+MAX_HISTORY = 5000
+"""Rounds kept for charts (one compact point each, ~0.5 KB)."""
+
+
+def point(record: dict[str, Any]) -> dict[str, Any]:
+    """The part of a metrics line the dashboard charts."""
+    evaluation = record.get("eval")
+    return {
+        "round": record["round"],
+        "time": record.get("time"),
+        "policy_version": record["policy_version"],
+        "reward": record["mean_local_reward"],
+        "external_reward": record.get("mean_external_reward"),
+        "eval": evaluation["accuracy"] if evaluation else None,
+        "external": record["external_groups"],
+        "by_sender": record["external_by_sender"],
+        "reward_by_sender": record.get("external_reward_by_sender", {}),
+        "peers": record.get("peers", 0),
+        "drops": record["drops"],
+        "seconds": record["seconds"],
+    }
+
+
+class RunSummary:
+    def __init__(self, last: int = 10, max_history: int = MAX_HISTORY) -> None:
+        self.last = last
+        self.rounds_seen = 0
+        self.history: deque[dict[str, Any]] = deque(maxlen=max_history)
+        self.final: dict[str, Any] | None = None
+        self._first_rewards: list[float] = []
+        self._rewards_seen = 0
+        self._last_rewards: deque[float] = deque(maxlen=last)
+        self._first_window = 0
+        self.cumulative_reward = 0.0
+        self.external_groups = 0
+        self.external_by_sender: Counter[str] = Counter()
+        self.rounds_with_external = 0
+        self.seconds: Counter[str] = Counter()
+        self.eval_first: tuple[int, dict[str, Any]] | None = None
+        self.eval_last: tuple[int, dict[str, Any]] | None = None
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.rounds_seen += 1
+        reward = record["mean_local_reward"]
+        if self._first_window < self.last:  # the first `last` rounds, as `summarize` had it
+            self._first_window += 1
+            if reward is not None:
+                self._first_rewards.append(reward)
+        if reward is not None:
+            self._last_rewards.append(reward)
+            self.cumulative_reward += reward
+        self.external_groups += record["external_groups"]
+        self.external_by_sender.update(record["external_by_sender"])
+        self.rounds_with_external += bool(record["external_groups"])
+        self.seconds.update(record["seconds"])
+        if record.get("eval"):
+            entry = (record["round"], record["eval"])
+            self.eval_first = self.eval_first or entry
+            self.eval_last = entry
+        self.history.append(point(record))
+        self.final = record
+
+    def summary(self) -> dict[str, Any]:
+        """The run's headline figures (the keys `swarm status` and the demo show)."""
+        final = self.final
+        if final is None:
+            raise ValueError("no rounds yet")
+        seconds = self.seconds
+        work = seconds["sample"] + seconds["score"] + seconds["train"]
+        first, last = self._first_rewards, list(self._last_rewards)
+        return {
+            "eval_first": self.eval_first,
+            "eval_last": self.eval_last,
+            "rounds": final["round"],
+            "rounds_seen": self.rounds_seen,
+            "policy_version": final["policy_version"],
+            "peers": final.get("peers", 0),
+            "first_external_round": final.get("first_external_round"),
+            "rounds_with_external": self.rounds_with_external,
+            "reward_first": statistics.fmean(first) if first else None,
+            "reward_last": statistics.fmean(last) if last else None,
+            "cumulative_reward": self.cumulative_reward,
+            "external_groups": self.external_groups,
+            "external_by_sender": dict(self.external_by_sender),
+            "drops": final["drops"],
+            "peer_scores": final.get("peer_scores"),  # absent in metrics of older versions
+            "bytes_in": final["bytes_in"],
+            "bytes_out": final["bytes_out"],
+            "overhead_fraction": 1 - work / seconds["total"] if seconds["total"] else None,
+            "seconds": dict(seconds),
+        }
+
+
+def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
+    summary = RunSummary(last)
+    for record in records:
+        summary.add(record)
+    return summary.summary()

@@ -7,9 +7,34 @@ STAMP := $(VENV)/.installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-vllm lint install
+.PHONY: demo test test-vllm lint install build-deps system-deps
 
-$(STAMP): pyproject.toml
+# Debian packages: libgmp-dev (libp2p's fastecdsa builds against it) for every install;
+# for the tests also mosquitto (the MQTT tests' broker) and chromium (the dashboard's
+# browser test). Installed when we are root with apt-get; otherwise we say what is
+# missing, and the tests that need it skip with the reason.
+define apt_install
+@need=""; for p in $(1); do case $$p in \
+  mosquitto) command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || need="$$need $$p";; \
+  chromium) command -v chromium >/dev/null 2>&1 || need="$$need $$p";; \
+  *) dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p";; \
+esac; done; \
+if [ -z "$$need" ]; then exit 0; fi; \
+if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+  echo "installing Debian packages:$$need"; \
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
+else \
+  echo "not installing$$need (needs root and apt-get): what needs it is skipped, saying why"; \
+fi
+endef
+
+build-deps:
+	$(call apt_install,libgmp-dev)
+
+system-deps: build-deps
+	$(call apt_install,mosquitto chromium)
+
+$(STAMP): pyproject.toml | build-deps
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -21,7 +46,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/swarm demo
 
-test: $(STAMP)
+test: system-deps $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -rs
 

@@ -85,12 +85,18 @@ JOIN_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def spawn_join(
-    config: Path, rounds: int, *, stdout: Any, stderr: Any, wait_peers: int = 0
+    config: Path,
+    rounds: int,
+    *,
+    stdout: Any,
+    stderr: Any,
+    wait_peers: int = 0,
+    extra_args: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """Start `swarm join --json` for `config` as its own OS process (one torch thread);
     with `wait_peers`, its first round waits (up to 120 s) for that many peers."""
     command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
-    command += ["--rounds", str(rounds), "--json"]
+    command += ["--rounds", str(rounds), "--json", *extra_args]
     if wait_peers:
         command += ["--wait-peers", str(wait_peers), "--wait-timeout", "120"]
     return subprocess.Popen(

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from node.metrics import read_metrics
+from node.peer_table import read_peer_table
 from node.run_summary import summarize
 from swarm.errors import ConfigError
 
@@ -76,6 +77,17 @@ def status_table(data_dir: Path, last: int) -> Table:
             )
     for sender, count in sorted(s["external_by_sender"].items()):
         table.add_row(f"  from {sender[:16]}…", str(count))
+    peers = read_peer_table(data_dir / "peers.json")
+    if peers is not None and peers["peers"]:
+        table.add_row(f"peer table (round {peers['round']})", "model, version (claimed); link; "
+                      "reward as we re-scored it")  # fmt: skip
+        for row in peers["peers"][:10]:
+            reward = "-" if row["reward"] is None else f"{row['reward']:.3f}"
+            table.add_row(
+                f"  {row['peer'][:16]}…",
+                f"{row['model_id']} v{row['policy_version']}; {row['link']}; reward {reward}; "
+                f"seen {row['last_seen_s']:.0f} s before",
+            )
     table.add_row(
         "dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none"
     )

@@ -78,6 +78,17 @@ class DataDirFollower:
             return 0
         return 1
 
+    def state_key(self) -> tuple[Any, ...]:
+        """Changes whenever what a view of this dir shows may have changed."""
+        stamps = []
+        for name in ("peers.json", "samples.jsonl"):
+            try:
+                stat = (self.data_dir / name).stat()
+                stamps.append((stat.st_mtime_ns, stat.st_size))
+            except FileNotFoundError:
+                stamps.append(None)
+        return (id(self.summary), self.summary.rounds_seen, self.corrupt_lines, *stamps)
+
     def peer_table(self) -> dict[str, Any] | None:
         return read_peer_table(self.data_dir / "peers.json")
 

@@ -8,7 +8,8 @@ Invariants:
   request can change.
 - Bound to 127.0.0.1 unless told otherwise (the page shows peers and completions).
 - Followers are polled at most once per `POLL_MIN_S` however often the page or a
-  scraper asks, so a busy browser costs the node a bounded amount of reading.
+  scraper asks, and a node's view is rebuilt only when its data dir changed, so a busy
+  browser costs the node a bounded amount of reading and computing.
 - In a node (`swarm join --dashboard`) the server runs in its own thread and event loop:
   a slow request never delays the node's rounds or gossip.
 """
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -57,6 +59,8 @@ class Dashboard:
             for d in data_dirs
         ]
         self._polled_at = -POLL_MIN_S
+        self._views: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        """Per node: the last view and the follower state it was built from."""
         self.registry = registry_for(lambda: self.followers)
 
     def poll(self) -> None:
@@ -88,12 +92,20 @@ class Dashboard:
         )
 
     async def _node(self, request: web.Request) -> web.Response:
-        try:
-            follower = self.followers[int(request.match_info["index"])]
-        except (ValueError, IndexError):
-            raise web.HTTPNotFound(text="no such node") from None
+        index = request.match_info["index"]
+        if not (index.isdigit() and int(index) < len(self.followers)):
+            raise web.HTTPNotFound(text="no such node")
         self.poll()
-        return web.json_response(node_view(follower))
+        return web.json_response(self.view(int(index)))
+
+    def view(self, index: int) -> dict[str, Any]:
+        """The node's view, rebuilt only when its data dir changed since the last one."""
+        follower = self.followers[index]
+        key = follower.state_key()
+        cached = self._views.get(index)
+        if cached is None or cached[0] != key:
+            cached = self._views[index] = (key, node_view(follower))
+        return cached[1]
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self.poll()

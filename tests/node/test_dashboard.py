@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -65,6 +66,22 @@ def test_the_node_writes_a_peer_table_of_what_it_measured(swarm_dirs: list[Path]
     assert all(set(r["external_reward_by_sender"]) == set(r["external_by_sender"]) for r in used)
 
 
+def test_status_shows_the_dashboards_headline_and_peer_table(swarm_dirs: list[Path]) -> None:
+    from rich.console import Console
+
+    from node.progress import status_table
+
+    console = Console(width=200, record=True)
+    console.print(status_table(swarm_dirs[0], 10))
+    text = console.export_text()
+    _, _, view = _get(Dashboard(swarm_dirs), "/api/node/0")
+    for card in view["headline"]:  # the same labels and values as the page's cards
+        assert re.search(rf"{re.escape(card['label'])}\s+│\s+{re.escape(card['value'])}", text)
+    peer = view["peers"]["peers"][0]
+    assert f"{peer['peer'][:16]}…" in text
+    assert f"{peer['model_id']} v{peer['policy_version']}; direct" in text
+
+
 def test_the_api_shows_the_numbers_of_metrics_jsonl(swarm_dirs: list[Path]) -> None:
     status, _, nodes = _get(Dashboard(swarm_dirs), "/api/nodes")
     assert status == 200 and [n["name"] for n in nodes] == ["n0", "n1"]
@@ -86,6 +103,7 @@ def test_the_api_shows_the_numbers_of_metrics_jsonl(swarm_dirs: list[Path]) -> N
     assert view["samples"] and view["samples"][0]["completions"]
     assert _get(Dashboard(swarm_dirs), "/api/node/7")[0] == 404
     assert _get(Dashboard(swarm_dirs), "/api/node/x")[0] == 404
+    assert _get(Dashboard(swarm_dirs), "/api/node/-1")[0] == 404
 
 
 def test_the_page_and_its_assets_are_served_from_the_package(swarm_dirs: list[Path]) -> None:
@@ -155,6 +173,15 @@ def test_series_are_binned_to_a_bounded_size() -> None:
 def test_increments_of_counters_survive_a_restarted_process() -> None:
     totals = [{"a": 1}, {"a": 3, "b": 1}, {"a": 1}, {"a": 2}]  # restart before the third
     assert increments(totals) == [{"a": 1}, {"a": 2, "b": 1}, {"a": 1}, {"a": 1}]
+
+
+def test_a_view_is_rebuilt_only_when_the_data_dir_changed(swarm_dirs: list[Path]) -> None:
+    dashboard = Dashboard(swarm_dirs)
+    dashboard.poll()
+    first = dashboard.view(0)
+    assert dashboard.view(0) is first  # nothing changed: the same view
+    (swarm_dirs[0] / "peers.json").touch()
+    assert dashboard.view(0) is not first and dashboard.view(0) == first
 
 
 def test_an_empty_data_dir_shows_no_rounds(tmp_path: Path) -> None:

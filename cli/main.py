@@ -437,11 +437,12 @@ def demo(
     out: Annotated[Path, typer.Option(help="Where the demo nodes keep their data.")] = Path(
         "runs/demo"
     ),
+    dashboard_at: DashboardOpt = None,
 ) -> None:
     """Run a few tiny-model nodes on 127.0.0.1 over libp2p, sharing rollouts; print a summary."""
     from node.demo import run_demo
 
-    sys.exit(run_demo(nodes, rounds, out, console))
+    sys.exit(run_demo(nodes, rounds, out, console, dashboard_at))
 
 
 app.command()(user_errors(dashboard))

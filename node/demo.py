@@ -110,11 +110,30 @@ def _pump(name: str, stream: Any, lines: queue.Queue) -> None:
     lines.put((name, None))
 
 
-def run_demo(nodes: int, rounds: int, out: Path, console: Console) -> int:
+def run_demo(
+    nodes: int, rounds: int, out: Path, console: Console, dashboard: str | None = None
+) -> int:
+    """Run the demo; with `dashboard` (PORT or HOST:PORT), serve a dashboard of all nodes."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     configs = write_configs(nodes, rounds, out)
+    server = None
+    if dashboard is not None:
+        from node.dashboard.server import DashboardThread, parse_listen
+
+        server = DashboardThread(
+            [out / f"node-{i}" for i in range(nodes)], *parse_listen(dashboard)
+        )
+        console.print(f"dashboard of all nodes: {server.url}", highlight=False)
+    try:
+        return _run_nodes(nodes, rounds, out, configs, console)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_nodes(nodes: int, rounds: int, out: Path, configs: list[Path], console: Console) -> int:
     procs: dict[str, subprocess.Popen] = {}
     lines: queue.Queue = queue.Queue()
     console.print(

@@ -1,6 +1,7 @@
 """How much of a round the node spends outside sampling and training.
 
-Runs, in one go: a silo node (in-process, memory transport, J = 0) and a 3-node swarm
+Runs, in one go: a silo node (in-process, memory transport, J = 0, a checkpoint every 5
+rounds, written in the round and then in the background) and a 3-node swarm
 (three `swarm join` OS processes over libp2p on 127.0.0.1, I = 4 / J = 4), all with the
 built-in tiny model, and prints one table from their metrics.jsonl files.
 
@@ -29,9 +30,13 @@ from node.metrics import read_metrics
 from swarm.config import load_config
 
 
-def run_silo(root: Path, rounds: int) -> list[dict]:
-    config_path = write_configs(1, rounds, root / "silo")[0]
-    overrides = {"transport": {"type": "memory"}, "sapo": {"external_groups": 0}}
+def run_silo(root: Path, rounds: int, background: bool = True, every: int = 5) -> list[dict]:
+    config_path = write_configs(1, rounds, root / f"silo-{background}")[0]
+    overrides = {
+        "transport": {"type": "memory"},
+        "sapo": {"external_groups": 0},
+        "node": {"checkpoint_every": every, "background_checkpoints": background},
+    }
     config = apply_overrides(load_config(config_path), overrides, str(config_path))
     asyncio.run(build_node(config).run(rounds))
     return read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
@@ -81,7 +86,9 @@ def main() -> None:
     console = Console(width=170)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        console.print(f"silo node, {args.rounds} rounds ...")
+        console.print(f"silo node, {args.rounds} rounds, checkpoints written in the round ...")
+        silo_foreground = run_silo(root, args.rounds, background=False)
+        console.print(f"silo node, {args.rounds} rounds, checkpoints in the background ...")
         silo = run_silo(root, args.rounds)
         console.print(f"3-node swarm over libp2p, {args.rounds} rounds ...")
         swarm = run_swarm(root, args.rounds)
@@ -101,7 +108,8 @@ def main() -> None:
         "outside sample+train+ckpt",
     ):
         table.add_column(col, justify="right")
-    table.add_row(*row("silo (J=0)", silo))
+    table.add_row(*row("silo, ckpt in round", silo_foreground))
+    table.add_row(*row("silo, ckpt background", silo))
     for index, records in enumerate(swarm):
         table.add_row(*row(f"swarm node-{index} (4/4)", records))
     console.print(table)

@@ -7,6 +7,7 @@ synchronous and may be slow; the node runs them off the event loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -105,6 +106,11 @@ class Learner(Protocol):
 
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
         """Write an atomic checkpoint directory holding the learner state and `manifest`."""
+        ...
+
+    def capture(self, directory: Path, manifest: dict[str, Any]) -> Callable[[], None]:
+        """Copy the learner state now; the returned function writes it as `save` would
+        (it may run in another thread while the learner trains on)."""
         ...
 
     def load(self, directory: Path) -> dict[str, Any]:

@@ -10,7 +10,9 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,11 @@ from node.deltas import DeltaExchange, model_params
 from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
 from node.rescore import Refused
 from policy.checkpoint import (
+    capture_checkpoint,
     load_checkpoint,
     restore_rng_state,
     rng_state_tensors,
-    save_checkpoint,
+    write_checkpoint,
 )
 from policy.loading import load_policy_model, model_family, resolve_device
 from policy.lora import apply_lora, lora_family, lora_settings
@@ -183,11 +186,11 @@ class PolicyLearner:
             self.sampler.update_weights(self.trainer.state_dict_for_sampler())
         return packet, {**stats.as_dict(), "bytes_out": len(packet.tensors) if packet else 0}
 
-    def save(self, directory: Path, manifest: dict[str, Any]) -> None:
+    def capture(self, directory: Path, manifest: dict[str, Any]) -> Callable[[], None]:
         rng = rng_state_tensors()
         if self.deltas is not None:
             rng.update({"deltas/" + k: v for k, v in self.deltas.state_tensors().items()})
-        save_checkpoint(
+        image = capture_checkpoint(
             directory,
             self.model,
             self.trainer.optimizer if self.save_optimizer else None,
@@ -196,6 +199,10 @@ class PolicyLearner:
             tokenizer=self.tokenizer,
             lora=self.lora,
         )
+        return functools.partial(write_checkpoint, image)
+
+    def save(self, directory: Path, manifest: dict[str, Any]) -> None:
+        self.capture(directory, manifest)()
 
     def load(self, directory: Path) -> dict[str, Any]:
         manifest, extra = load_checkpoint(directory, self.model, self.trainer.optimizer)

@@ -39,6 +39,7 @@ from typing import Any
 
 from gossip.layer import Gossip, Received
 from node import checkpoints
+from node.checkpointing import Checkpointer
 from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner
@@ -144,8 +145,7 @@ class Node:
         )
         self._outputs: RoundOutputs | None = None
         self._wait_s = 0.0
-        self.checkpoint_errors = 0  # failed checkpoint writes (disk full, I/O error, ...)
-        self.last_checkpoint_error: str | None = None
+        self.checkpointer = Checkpointer(self.data_dir, offload, config.node.checkpoint_every)
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -181,38 +181,20 @@ class Node:
             "model_family": self.learner.model_family,
         }
 
-    async def checkpoint(self) -> Path | None:
-        """Write a checkpoint of the current round (off the event loop), keep the newest.
+    async def checkpoint(self, *, background: bool = False) -> Path | None:
+        """Checkpoint the current round (see `node.checkpointing`): written when this
+        returns, or with `background`, captured now and written while training goes on."""
+        return await self.checkpointer.checkpoint(
+            self.rounds_done, self.learner, self._node_state(), background=background
+        )
 
-        A write failing with `OSError` (disk full, quota, file too large, I/O error) does
-        not stop the node: it is logged with the path and errno, counted in
-        `checkpoint_errors` / `last_checkpoint_error`, what it left is deleted, the newest
-        valid checkpoint is kept (older ones are deleted if the disk is full, to make room)
-        and the next interval tries again. Returns the directory, or None if it failed.
-        """
-        directory = checkpoints.checkpoint_dir(self.data_dir, self.rounds_done)
-        if not checkpoints.is_valid(directory):
-            state = self._node_state()
-            try:
-                checkpoints.remove_torn(directory)  # a crash before node.json left it
-                await self.offload(self.learner.save, directory, {"rounds_done": self.rounds_done})
-                checkpoints.write_node_state(directory, state)
-            except OSError as exc:
-                self.checkpoint_errors += 1
-                reason = checkpoints.describe(exc)
-                self.last_checkpoint_error = f"round {self.rounds_done}: {reason}"
-                kept = checkpoints.discard_failed(self.data_dir, directory, exc)
-                log.error(
-                    "checkpoint %s failed (%s); kept for a restart: %s; training goes on, "
-                    "next try in %d round(s)",
-                    directory,
-                    reason,
-                    kept or "nothing (no valid checkpoint)",
-                    self.config.node.checkpoint_every,
-                )
-                return None
-        checkpoints.prune(self.data_dir)
-        return directory
+    @property
+    def checkpoint_errors(self) -> int:
+        return self.checkpointer.errors
+
+    @property
+    def last_checkpoint_error(self) -> str | None:
+        return self.checkpointer.last_error
 
     def request_stop(self) -> None:
         self.stop_requested.set()
@@ -259,6 +241,7 @@ class Node:
         try:
             await self._run_joined(rounds, on_started, wait_peers, wait_timeout_s)
         finally:
+            await self.checkpointer.settle_quietly()  # stopping on an error: finish the write
             self._outputs.close()
 
     async def _run_joined(
@@ -440,7 +423,7 @@ class Node:
         self.rounds_done += 1
         checkpoint_start = self.timer()
         if self.rounds_done % self.config.node.checkpoint_every == 0:
-            await self.checkpoint()
+            await self.checkpoint(background=self.config.node.background_checkpoints)
         checkpoint_s = self.timer() - checkpoint_start
 
         counters = self.gossip.counters.snapshot()

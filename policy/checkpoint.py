@@ -18,7 +18,9 @@ Layout of one checkpoint directory (also a Hugging Face model folder):
 
 Invariants:
 - No pickle anywhere: tensors are safetensors, everything else JSON.
-- `save_checkpoint` writes into a hidden temporary sibling directory, fsyncs every file and
+- `save_checkpoint` = `capture_checkpoint` (copies of every tensor, taken at once) then
+  `write_checkpoint`, which may run later in another thread: what is written is the state
+  at capture. Writing goes into a hidden temporary sibling directory, fsyncs every file and
   the directory, then renames it into place (replacing an older checkpoint of the same
   name): a reader sees the old checkpoint or the new one, never a mix.
 - A failed write (disk full, quota, file too large, I/O error) raises `OSError` with the
@@ -43,6 +45,7 @@ import random
 import re
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +100,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _cpu(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to("cpu").contiguous()
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU copy that later changes to `t` cannot reach."""
+    return t.detach().to("cpu", copy=True).contiguous()
 
 
 def _model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -112,7 +116,7 @@ def _model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dic
             aliases[name] = seen[key]
         else:
             seen[key] = name
-            tensors[name] = _cpu(t)
+            tensors[name] = _copy(t)
     return tensors, aliases
 
 
@@ -133,7 +137,7 @@ def _optimizer_parts(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.
     for pid, state in sd["state"].items():
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
-                tensors[f"state.{pid}.{key}"] = _cpu(value)
+                tensors[f"state.{pid}.{key}"] = _copy(value)
             else:
                 scalars[f"{pid}.{key}"] = _json_value(value)
     groups = [{k: _json_value(v) for k, v in g.items()} for g in sd["param_groups"]]
@@ -158,7 +162,20 @@ def _write_model_files(tmp: Path, model: Any, tokenizer: Any, lora: dict | None)
         model.save_pretrained(tmp / "adapter")
 
 
-def save_checkpoint(
+@dataclass
+class CheckpointImage:
+    """A checkpoint captured in memory (tensors copied out of the live model and
+    optimizer, small model files already in the hidden temporary directory): writing it
+    (`write_checkpoint`) can run in a background thread while training changes the
+    model. Discard an image that will not be written with `discard_checkpoint`."""
+
+    directory: Path
+    tmp: Path
+    payloads: dict[str, dict[str, torch.Tensor]]
+    doc: dict[str, Any]
+
+
+def capture_checkpoint(
     directory: Path,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
@@ -166,10 +183,10 @@ def save_checkpoint(
     manifest: dict[str, Any],
     tokenizer: Any = None,
     lora: dict[str, Any] | None = None,
-) -> None:
-    """Write a checkpoint atomically at `directory` (see the module docstring); with a
-    `tokenizer`, it is also a Hugging Face model folder; with `optimizer=None`, it holds
-    no optimizer state."""
+) -> CheckpointImage:
+    """Copy what a checkpoint of `directory` holds (costs one copy of model + optimizer
+    state in memory until written); with a `tokenizer`, it is also a Hugging Face model
+    folder; with `optimizer=None`, it holds no optimizer state."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.parent / f".{directory.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -182,22 +199,27 @@ def save_checkpoint(
         payloads = {
             "model.safetensors": model_tensors,
             "optimizer.safetensors": opt_tensors,
-            "extra.safetensors": {k: _cpu(v) for k, v in extra_tensors.items()},
+            "extra.safetensors": {k: _copy(v) for k, v in extra_tensors.items()},
         }
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    doc = {"format": FORMAT, "manifest": manifest, "optimizer": opt_meta, "aliases": aliases}
+    return CheckpointImage(directory, tmp, payloads, doc)
+
+
+def write_checkpoint(image: CheckpointImage) -> None:
+    """Write a captured checkpoint atomically at its directory (see the module docstring)."""
+    tmp, directory = image.tmp, image.directory
+    try:
         files = {}
-        for name, tensors in payloads.items():
+        for name, tensors in image.payloads.items():
             path = tmp / name
             _save_tensors(tensors, path)
             _fsync_file(path)
             files[name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
-        doc = {
-            "format": FORMAT,
-            "manifest": manifest,
-            "optimizer": opt_meta,
-            "aliases": aliases,
-            "files": files,
-        }
-        (tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True))
+        (tmp / MANIFEST).write_text(json.dumps({**image.doc, "files": files}, indent=1,
+                                               sort_keys=True))  # fmt: skip
         _fsync_file(tmp / MANIFEST)
         for path in tmp.rglob("*"):  # the model files save_pretrained wrote
             if path.is_file() and path.name not in files and path.name != MANIFEST:
@@ -214,6 +236,28 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        image.payloads.clear()  # the copies are no longer needed
+
+
+def discard_checkpoint(image: CheckpointImage) -> None:
+    shutil.rmtree(image.tmp, ignore_errors=True)
+    image.payloads.clear()
+
+
+def save_checkpoint(
+    directory: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    extra_tensors: dict[str, torch.Tensor],
+    manifest: dict[str, Any],
+    tokenizer: Any = None,
+    lora: dict[str, Any] | None = None,
+) -> None:
+    """Capture and write a checkpoint at once (see `capture_checkpoint`)."""
+    write_checkpoint(
+        capture_checkpoint(directory, model, optimizer, extra_tensors, manifest, tokenizer, lora)
+    )
 
 
 def _read_manifest(directory: Path, verify: bool = True) -> dict[str, Any]:

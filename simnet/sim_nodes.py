@@ -147,6 +147,9 @@ class TimedLearner:
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
         self.inner.save(directory, manifest)
 
+    def capture(self, directory: Path, manifest: dict[str, Any]) -> Callable[[], None]:
+        return self.inner.capture(directory, manifest)
+
     def load(self, directory: Path) -> dict[str, Any]:
         return self.inner.load(directory)
 

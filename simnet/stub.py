@@ -11,9 +11,11 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +81,16 @@ class StubLearner:
         return None, None
 
     def save(self, directory: Path, manifest: dict[str, Any]) -> None:
+        self.capture(directory, manifest)()
+
+    def capture(self, directory: Path, manifest: dict[str, Any]) -> Callable[[], None]:
+        state = {"skill": self.skill, "version": self._version}
+        return functools.partial(self._write, directory, dict(manifest), state)
+
+    @staticmethod
+    def _write(directory: Path, manifest: dict[str, Any], state: dict[str, Any]) -> None:
         tmp = directory.parent / f".tmp-{directory.name}"
         tmp.mkdir(parents=True, exist_ok=True)
-        state = {"skill": self.skill, "version": self._version}
         (tmp / "stub.json").write_text(json.dumps(state))
         with (tmp / "manifest.json").open("w") as f:
             json.dump(manifest, f)

@@ -22,6 +22,11 @@ class NodeSection(StrictModel):
     """Ed25519 key file (mode 0600). Default: <data_dir>/node.key, created if missing."""
     checkpoint_every: int = Field(10, ge=1)
     """Write a checkpoint every this many rounds (and on Ctrl-C / SIGTERM)."""
+    background_checkpoints: bool = True
+    """Write checkpoints in a background thread while the next rounds train (the round
+    waits only for an in-memory copy of the state, which costs one extra copy of model +
+    optimizer in memory until written). Off: each checkpoint is written before the next
+    round starts."""
     checkpoint_optimizer: bool = True
     """Keep the optimizer state in checkpoints (for AdamW, twice the model's size): a
     resume continues exactly. Off: checkpoints are the model alone and a resume starts

@@ -161,3 +161,30 @@ def test_a_full_disk_raises_oserror_and_keeps_the_older_checkpoint(
     monkeypatch.setattr(checkpoint_module, "save_file", not_io)
     with pytest.raises(SafetensorError, match="invalid tensor"):  # a bug stays a bug
         save_checkpoint(target, t.model, t.optimizer, {}, {"step": 2})
+
+
+def test_a_captured_checkpoint_holds_the_state_at_capture_not_at_write(tmp_path: Path) -> None:
+    """What a background write saves is the state when it was captured: training that
+    happens before the write (the next rounds) must not leak into it."""
+    trainer = _trained(seed=0)
+    at_capture = _trained(seed=0)  # the same two steps: the state to expect
+    image = checkpoint_module.capture_checkpoint(
+        tmp_path / "step-2", trainer.model, trainer.optimizer, {}, {"step": 2}
+    )
+    trainer.step([_group(trainer.tokenizer, 7)])  # training goes on before the write
+    now, then = trainer.model.state_dict(), at_capture.model.state_dict()
+    assert any(not torch.equal(now[k], then[k]) for k in now)  # the model did change
+    checkpoint_module.write_checkpoint(image)
+    restored = _trained(seed=1, steps=1)
+    load_checkpoint(tmp_path / "step-2", restored.model, restored.optimizer)
+    _assert_same(restored, at_capture)
+
+
+def test_a_discarded_capture_leaves_nothing(tmp_path: Path) -> None:
+    trainer = _trained(seed=0, steps=1)
+    image = checkpoint_module.capture_checkpoint(
+        tmp_path / "step-1", trainer.model, trainer.optimizer, {}, {}
+    )
+    assert image.tmp.is_dir()
+    checkpoint_module.discard_checkpoint(image)
+    assert list(tmp_path.iterdir()) == []

@@ -59,6 +59,9 @@ class SampleResult:
     groups: list[LocalGroup]
     sample_s: float
     score_s: float
+    policy_version: int | None = None
+    """The version of the weights that sampled the groups (None: the learner's current
+    one; differs when sampling overlaps training)."""
 
 
 @dataclass

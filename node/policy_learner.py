@@ -10,7 +10,9 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 import functools
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,9 +75,16 @@ class PolicyLearner:
             renderer=self.renderer,
             compute_dtype=compute_dtype(config.model),
         )
+        # Overlapped sampling reads weights while training writes them: the transformers
+        # sampler then gets its own copy (vLLM always has one), refreshed under the lock.
+        own_copy = config.sampler.overlap and config.sampler.backend == "transformers"
+        sampler_model = copy.deepcopy(self.model).requires_grad_(False) if own_copy else self.model
         self.sampler = make_sampler(
-            config.sampler, self.model, self.tokenizer, config.model, self.renderer
+            config.sampler, sampler_model, self.tokenizer, config.model, self.renderer
         )
+        self._sampler_lock = threading.Lock()
+        """Held while the sampler generates or takes new weights (never both at once)."""
+        self._sampler_version = self.policy_version
         self.params = SamplingParams.from_config(config.sampler)
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
@@ -96,11 +105,19 @@ class PolicyLearner:
     def policy_version(self) -> int:
         return self.trainer.policy_version
 
+    def _sync_sampler(self) -> None:
+        """The trainer's weights into the sampler, between generation batches."""
+        with self._sampler_lock:
+            self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+            self._sampler_version = self.policy_version
+
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
         tasks = [make_task(ref) for ref in refs]
         start = time.perf_counter()
         prompts = [self.renderer.ids(t.prompt, t.ref.source) for t in tasks]
-        outputs = self.sampler.generate(prompts, self.group_size, self.params, seed=seed)
+        with self._sampler_lock:
+            version = self._sampler_version
+            outputs = self.sampler.generate(prompts, self.group_size, self.params, seed=seed)
         sampled = time.perf_counter()
         groups = []
         for task, completions in zip(tasks, outputs, strict=True):
@@ -119,14 +136,15 @@ class PolicyLearner:
                     ),
                 )
             )
-        return SampleResult(groups, sampled - start, time.perf_counter() - sampled)
+        return SampleResult(groups, sampled - start, time.perf_counter() - sampled, version)
 
     def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
         start = time.perf_counter()
         tasks = [make_task(ref) for ref in refs]
         greedy = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
         prompts = [self.renderer.ids(t.prompt, t.ref.source) for t in tasks]
-        outputs = self.sampler.generate(prompts, 1, greedy, seed=0)
+        with self._sampler_lock:
+            outputs = self.sampler.generate(prompts, 1, greedy, seed=0)
         scores = [
             correctness(task, completions[0].text, self.rewards_config)
             for task, completions in zip(tasks, outputs, strict=True)
@@ -166,7 +184,7 @@ class PolicyLearner:
             for e in external
         ]
         stats = self.trainer.step(groups)
-        self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+        self._sync_sampler()
         return TrainResult(stats.as_dict(), time.perf_counter() - start)
 
     def receive_delta(
@@ -183,7 +201,7 @@ class PolicyLearner:
         packet = self.deltas.maybe_make_packet(self.policy_version, params)
         stats = self.deltas.merge_into(params, own_round)
         if stats.applied_norm > 0:
-            self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+            self._sync_sampler()
         return packet, {**stats.as_dict(), "bytes_out": len(packet.tensors) if packet else 0}
 
     def capture(self, directory: Path, manifest: dict[str, Any]) -> Callable[[], None]:
@@ -216,5 +234,5 @@ class PolicyLearner:
             else:
                 self.deltas.rebase(model_params(self.model), self.policy_version)
         self.trainer.policy_version = int(manifest["policy_version"])
-        self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+        self._sync_sampler()
         return manifest

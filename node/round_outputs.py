@@ -50,7 +50,7 @@ class RoundOutputs:
     ) -> None:
         self.metrics.write(record)
         if self.samples is not None:
-            self.samples.append(group_records(record["round"], record["policy_version"], groups))
+            self.samples.append(group_records(record["round"], record["sampled_version"], groups))
         self.peers.write(peer_rows, round_=record["round"], time=record["time"])
         self.backends.log(record)
 

@@ -44,6 +44,7 @@ from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner
 from node.metrics import histogram, mean_by_key, mean_or_none, round_seconds
+from node.own_samples import OwnSamples
 from node.pool import RolloutPool
 from node.round_outputs import RoundOutputs
 from node.supervise import supervise
@@ -113,6 +114,7 @@ class Node:
             seed=config.tasks.seed,
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
+        self.own_samples = OwnSamples(config, self.tasks, lambda: self.learner, offload)
         self.held_out = HeldOut(config)
         self.intake = Intake(
             config,
@@ -131,6 +133,8 @@ class Node:
         self.peer_faults = self.intake.peer_faults
         self.peers = self.intake.peers
         self.rounds_done = 0
+        self.last_round: int | None = None
+        """The round `run` stops after (None: until stopped)."""
         self.started_at: float | None = None
         self.first_external_round: int | None = None
         """The first round that trained on a peer's group."""
@@ -241,6 +245,7 @@ class Node:
         try:
             await self._run_joined(rounds, on_started, wait_peers, wait_timeout_s)
         finally:
+            await self.own_samples.drain()
             await self.checkpointer.settle_quietly()  # stopping on an error: finish the write
             self._outputs.close()
 
@@ -324,7 +329,7 @@ class Node:
     async def _round_loop(self, rounds: int | None, wait_peers: int, wait_timeout_s: float) -> None:
         if wait_peers > 0:
             await self.intake.wait_for_peers(wait_peers, wait_timeout_s, self.stop_requested)
-        target = None if rounds is None else self.rounds_done + rounds
+        target = self.last_round = None if rounds is None else self.rounds_done + rounds
         while target is None or self.rounds_done < target:
             if self.stop_requested.is_set():
                 break
@@ -346,17 +351,14 @@ class Node:
         start = self.timer()
         evaluation = await self._maybe_evaluate()
         eval_s = self.timer() - start
-        refs = self.tasks.next_refs(sapo.local_groups)
-        # Distinct per node (task seed) even when nodes share one initial model.
-        seed = (
-            self.config.model.seed * 1_000_003 + self.config.tasks.seed * 7_919 + self.rounds_done
-        ) & 0x7FFFFFFF
-        sampled = await self.offload(self.learner.sample, refs, seed)
+        sampled, sample_wait_s = await self.own_samples.take(self.rounds_done)
+        sampled_version = (
+            sampled.policy_version
+            if sampled.policy_version is not None
+            else self.learner.policy_version
+        )
         batch = RolloutBatch(
-            tuple(
-                g.to_wire(self.learner.model_id, self.learner.policy_version)
-                for g in sampled.groups
-            )
+            tuple(g.to_wire(self.learner.model_id, sampled_version) for g in sampled.groups)
         )
         # Publishing overlaps training: peers get our groups sooner and the round is not
         # held up by the network. It is awaited before the round ends (errors surface).
@@ -392,6 +394,9 @@ class Node:
                 )
                 for e in chosen
             ]
+            more = self.last_round is None or self.rounds_done + 1 < self.last_round
+            if more and not self.stop_requested.is_set():
+                self.own_samples.sample_ahead(self.rounds_done + 1)  # with sampler.overlap
             trained = await self.offload(self.learner.train, sampled.groups, external)
             deltas_record = None
             delta_start = self.timer()
@@ -430,6 +435,7 @@ class Node:
         record: dict[str, Any] = {
             "round": self.rounds_done,
             "policy_version": self.learner.policy_version,
+            "sampled_version": sampled_version,
             "time": self.clock.now(),
             "local_groups": len(sampled.groups),
             "external_groups": len(external),
@@ -455,7 +461,8 @@ class Node:
             "bytes_in": counters["bytes_in"],
             "bytes_out": counters["bytes_out"],
             "seconds": round_seconds(
-                sample=sampled.sample_s,
+                # Overlapped: only the wait for samples taken ahead is this round's time.
+                sample=sample_wait_s if self.own_samples.overlap else sampled.sample_s,
                 score=sampled.score_s,
                 train=trained.train_s,
                 publish=publish_s,

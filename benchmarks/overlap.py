@@ -1,0 +1,105 @@
+"""Sampling overlapped with training (`sampler.overlap`) against the plain alternation.
+
+Each run is a real `swarm train` process (a silo: the overlap is a local matter). For
+each seed, the same config runs without and with overlap (ABBA order across seeds, so
+drift in the machine's load hits both alike). Prints per run the median round time, the
+time the round waited for its samples, the train time, the cumulative and last-20 mean
+reward, then the mean speed-up and the reward ratio.
+
+    .venv/bin/python benchmarks/overlap.py                       # built-in tiny model
+    .venv/bin/python benchmarks/overlap.py --model .cache/smollm2-135m-instruct \\
+        --rounds 6 --seeds 1                                     # a real model (add task)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.real_model_silo import config_for
+from node.metrics import read_metrics
+from node.starter import learning_settings, merge
+
+WARMUP = 3
+
+
+def tiny_config(out: Path, seed: int, rounds: int) -> dict[str, Any]:
+    return merge(
+        learning_settings(),
+        {
+            "node": {"name": "tiny", "checkpoint_every": rounds},
+            "transport": {"type": "memory"},
+            "model": {"seed": seed},
+            "tasks": {"seed": 1000 + seed},
+            "sapo": {"external_groups": 0},
+        },
+    )
+
+
+def run(base: dict[str, Any], out: Path, rounds: int, overlap: bool) -> dict[str, Any]:
+    name = "on" if overlap else "off"
+    config = merge(base, {"sampler": {"overlap": overlap}, "node": {"data_dir": str(out / name)}})
+    path = out / f"{name}.toml"
+    path.write_text(tomli_w.dumps(config))
+    env = {**os.environ, "OMP_NUM_THREADS": str(config["model"].get("threads") or 1)}
+    command = [sys.executable, "-m", "cli.main", "train", "-c", str(path), "--rounds", str(rounds)]
+    with (out / f"{name}.log").open("w") as log:
+        subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
+    records = read_metrics(out / name / "metrics.jsonl")
+    timed = records[WARMUP:]
+    rewards = [r["mean_local_reward"] or 0.0 for r in records]
+    return {
+        "round_s": statistics.median(r["seconds"]["total"] for r in timed),
+        "wait_s": statistics.median(r["seconds"]["sample"] for r in timed),
+        "train_s": statistics.median(r["seconds"]["train"] for r in timed),
+        "cumulative": sum(rewards),
+        "last": statistics.fmean(rewards[-20:]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=150)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--model", help="a real model folder (default: the built-in tiny one)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (real model)")
+    args = parser.parse_args()
+    print("| seed | overlap | round s | waited for samples s | train s | cumulative reward "
+          "| reward, last 20 |\n|---:|---|---:|---:|---:|---:|---:|")  # fmt: skip
+    speedups, ratios = [], []
+    for i, seed in enumerate(args.seeds):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            if args.model:
+                path = config_for("full", args.model, args.rounds, out, args.threads)
+                base = tomllib.loads(path.read_text())
+                base["model"]["seed"], base["eval"]["every"] = seed, 10_000
+            else:
+                base = tiny_config(out, seed, args.rounds)
+            results = {}
+            for overlap in (False, True) if i % 2 == 0 else (True, False):
+                results[overlap] = r = run(base, out, args.rounds, overlap)
+                print(f"| {seed} | {'on' if overlap else 'off'} | {r['round_s']:.4f} | "
+                      f"{r['wait_s']:.4f} | {r['train_s']:.4f} | {r['cumulative']:.2f} | "
+                      f"{r['last']:.3f} |", flush=True)  # fmt: skip
+        speedups.append(results[False]["round_s"] / results[True]["round_s"])
+        ratios.append(results[True]["cumulative"] / max(results[False]["cumulative"], 1e-9))
+    per_seed = ", ".join(f"{s:.2f}" for s in speedups)
+    print(f"\nround time off/on: mean {statistics.fmean(speedups):.2f}x (per seed {per_seed})")
+    per_seed = ", ".join(f"{r:.2f}" for r in ratios)
+    print(f"cumulative reward on/off: mean {statistics.fmean(ratios):.2f} (per seed {per_seed})")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,12 +6,12 @@ line per attempt; the transport turns it off and runs a `Redialer` in its trio t
 Invariants:
 - Bootstrap peers are re-dialed while not connected, with exponential backoff (with
   jitter) capped at `BOOTSTRAP_BACKOFF_MAX_S` (5 min), forever.
-- A peer seen connected at one of our checks (every `MAINTENANCE_PERIOD_S`; a connection
-  that opens and closes between two checks goes unseen), or found by mDNS when `mdns`,
-  is re-dialed with backoff capped at `BACKOFF_MAX_S` and given up after
-  `MAX_DIAL_FAILURES` consecutive failures, or at once when the peerstore holds no
-  address for it (its addresses leave the peerstore; it is tracked again once it
-  connects).
+- A peer we were connected to (noted by a network notifee the moment a connection opens,
+  so one that closes again before the next check, every `MAINTENANCE_PERIOD_S`, counts
+  too), or found by mDNS when `mdns`, is re-dialed with backoff capped at
+  `BACKOFF_MAX_S` and given up after `MAX_DIAL_FAILURES` consecutive failures, or at
+  once when the peerstore holds no address for it (its addresses leave the peerstore;
+  it is tracked again once it connects).
 - At most `MAX_CONCURRENT_DIALS` dials run at once, and at most one per peer.
 - The log gets one line when a bootstrap peer becomes unreachable, one when it is back,
   and one per peer given up; never one per attempt. Counted: `dials_failed`,
@@ -27,7 +27,7 @@ import random
 
 import multiaddr
 import trio
-from libp2p.abc import IHost
+from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PeerStoreError
@@ -45,6 +45,8 @@ MAX_DIAL_FAILURES = 8
 (about a minute of trying with the backoff above)."""
 MAX_CONCURRENT_DIALS = 8
 MAINTENANCE_PERIOD_S = 0.25
+MAX_NEWLY_CONNECTED = 4096
+"""Bound on peers noted as connected between two checks (a flood of fresh keys)."""
 
 
 def _known_addrs(host: IHost, peer_id: ID) -> list[multiaddr.Multiaddr]:
@@ -95,6 +97,12 @@ class Redialer:
         self.mdns = mdns
         self.dials_failed = 0
         self.peers_given_up = 0
+        self.newly_connected: set[ID] = set()
+        """Peers whose connection opened since the last check (see `ConnectionNotes`)."""
+
+    def note_connected(self, peer_id: ID) -> None:
+        if len(self.newly_connected) < MAX_NEWLY_CONNECTED:
+            self.newly_connected.add(peer_id)
 
     async def run(self, host: IHost) -> None:
         """Keep bootstrap peers, peers we were connected to and (with `mdns`)
@@ -104,10 +112,12 @@ class Redialer:
         }
         me = host.get_id()
         limiter = trio.CapacityLimiter(MAX_CONCURRENT_DIALS)
+        host.get_network().register_notifee(ConnectionNotes(self))
         async with trio.open_nursery() as nursery:
             while True:
                 connected = host.get_network().connections
-                for pid in tuple(connected):
+                noted, self.newly_connected = self.newly_connected, set()
+                for pid in (*tuple(connected), *noted):
                     if pid != me and pid not in targets:
                         targets[pid] = _DialTarget(pid, bootstrap=None)
                 if self.mdns:
@@ -183,4 +193,32 @@ class Redialer:
             log.debug("dial %s failed: %r", info.peer_id, exc)
             return f"{type(exc).__name__}: {exc}"[:200]
         log.info("connected to %s", info.peer_id)
+        return None
+
+
+class ConnectionNotes(INotifee):
+    """Tells a `Redialer` of every connection the moment it opens (nothing else)."""
+
+    def __init__(self, redialer: Redialer) -> None:
+        self.redialer = redialer
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        muxed = getattr(conn, "muxed_conn", None)
+        peer_id = getattr(muxed, "peer_id", None)
+        if isinstance(peer_id, ID):
+            self.redialer.note_connected(peer_id)
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        return None
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, address: multiaddr.Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, address: multiaddr.Multiaddr) -> None:
         return None

@@ -682,7 +682,11 @@ def _resign(fields: list[Any]) -> list[Any]:
     signer = BY_PEER.get(fields[3]) if isinstance(fields[3], str) else None
     if signer is None:
         return fields
-    return [*fields[:7], signer.sign(Envelope(*fields[:7]).signed_bytes())]
+    try:
+        signing_input = Envelope(*fields[:7]).signed_bytes()
+    except (struct.error, AttributeError, TypeError, ValueError, UnicodeError):
+        return fields  # outside the wire's types or ranges: nothing can sign it
+    return [*fields[:7], signer.sign(signing_input)]
 
 
 def envelope_input(rng: random.Random, base: Envelope | None = None) -> bytes:

@@ -3,8 +3,13 @@
 Wire form (msgpack array, language-neutral):
     [version, kind, swarm_id, sender, seq, policy_version, payload, signature]
 `signature` is Ed25519 by `sender` (a libp2p peer id, which embeds the public key) over
-    b"swarm/envelope/v2\\0" + msgpack([version, kind, swarm_id, sender, seq, policy_version,
-    payload]).
+the *signing input*, a fixed byte layout built from the decoded field values (so any
+valid msgpack encoding of the same fields verifies, whatever the encoder chose):
+    b"swarm/envelope/v3\\0" || u16be(version)
+    || u8(len(kind)) || kind || u16be(len(swarm_id)) || swarm_id || u8(len(sender)) || sender
+    || u64be(seq) || u64be(policy_version) || sha256(payload)
+(strings as UTF-8 bytes; the payload is hashed exactly as received). Signing a digest
+keeps Ed25519's cost independent of the payload's size.
 `policy_version` is the sender's policy version (optimizer steps) when it sealed the
 envelope: a claim about itself only, which receivers use to judge the lag of that
 sender's own items (`swarm.staleness`). There is no swarm-wide round.
@@ -19,6 +24,8 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,8 +35,13 @@ from swarm.errors import WireError
 from swarm.identity import Identity, verify
 from swarm.messages import PAYLOAD_TYPES
 
-_DOMAIN = b"swarm/envelope/v2\x00"
+_DOMAIN = b"swarm/envelope/v3\x00"
 MAX_SWARM_ID_CHARS = 128
+MAX_KIND_BYTES = 32
+MAX_SENDER_BYTES = 128
+MAX_WIRE_INT = 2**53 - 1
+"""`seq` and `policy_version` stay below 2**53, so every JSON/JavaScript peer reads them
+exactly (senders start `seq` at wall-clock microseconds: ~1.8e15 today)."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +56,21 @@ class Envelope:
     signature: bytes = b""
 
     def signed_bytes(self) -> bytes:
-        body = [
-            self.version,
-            self.kind,
-            self.swarm_id,
-            self.sender,
-            self.seq,
-            self.policy_version,
-            self.payload,
-        ]
-        return _DOMAIN + pack(body)
+        """The signing input (module docstring); fields must be within the wire's ranges."""
+        kind, swarm, sender = (x.encode() for x in (self.kind, self.swarm_id, self.sender))
+        return b"".join(
+            (
+                _DOMAIN,
+                struct.pack(">HB", self.version, len(kind)),
+                kind,
+                struct.pack(">H", len(swarm)),
+                swarm,
+                struct.pack(">B", len(sender)),
+                sender,
+                struct.pack(">QQ", self.seq, self.policy_version),
+                hashlib.sha256(self.payload).digest(),
+            )
+        )
 
     def encode(self) -> bytes:
         return pack(
@@ -112,21 +129,21 @@ def decode_envelope(
     if not isinstance(obj, list) or len(obj) != 8:
         raise WireError("malformed", "an envelope is an array of 8 fields")
     version, kind, env_swarm, sender, seq, policy_version, payload, signature = obj
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise WireError("malformed", "version must be an int")
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**16:
+        raise WireError("malformed", "version must be an int in [0, 65535]")
     if version != PROTOCOL_VERSION:
         raise WireError("bad_version", f"version {version}, this node speaks {PROTOCOL_VERSION}")
-    if not isinstance(kind, str):
-        raise WireError("malformed", "kind must be a string")
+    if not isinstance(kind, str) or len(kind.encode()) > MAX_KIND_BYTES:
+        raise WireError("malformed", "kind must be a short string")
     if kind not in PAYLOAD_TYPES:
         raise WireError("unknown_kind", repr(kind)[:64])
     if not isinstance(env_swarm, str) or len(env_swarm) > MAX_SWARM_ID_CHARS:
         raise WireError("malformed", "swarm id must be a short string")
-    if not isinstance(sender, str):
-        raise WireError("malformed", "sender must be a string")
+    if not isinstance(sender, str) or len(sender.encode()) > MAX_SENDER_BYTES:
+        raise WireError("malformed", "sender must be a short string")
     for name, value in (("seq", seq), ("policy_version", policy_version)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-            raise WireError("malformed", f"{name} must be a non-negative int")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WIRE_INT:
+            raise WireError("malformed", f"{name} must be an int in [0, 2**53 - 1]")
     if not isinstance(payload, bytes) or not isinstance(signature, bytes):
         raise WireError("malformed", "payload and signature must be bytes")
     if len(signature) != 64:

@@ -13,6 +13,7 @@ from swarm.errors import WireError
 from swarm.identity import Identity
 from swarm.messages import Hello, decode_payload, encode_payload
 
+V = PROTOCOL_VERSION
 SWARM = "test-swarm"
 IDENTITY = Identity.from_seed(bytes(range(32)))
 LIMITS = Limits()
@@ -111,19 +112,23 @@ def test_oversize_envelope() -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64, "extra"],  # 9 fields
-        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, b""],  # 7 fields
+        [V, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64, "extra"],  # 9 fields
+        [V, "hello", SWARM, IDENTITY.peer_id, 0, 0, b""],  # 7 fields
         {"version": 1},
         [True, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # bool version
-        [2, 5, SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int kind
-        [2, "hello", 5, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int swarm
-        [2, "hello", SWARM, b"peer", 0, 0, b"", b"s" * 64],  # bytes sender
-        [2, "hello", SWARM, IDENTITY.peer_id, True, 0, b"", b"s" * 64],  # bool seq
-        [2, "hello", SWARM, IDENTITY.peer_id, -1, 0, b"", b"s" * 64],  # negative seq
-        [2, "hello", SWARM, IDENTITY.peer_id, 0, 2**63, b"", b"s" * 64],  # policy version too big
-        [2, "hello", SWARM, IDENTITY.peer_id, 0, 1.5, b"", b"s" * 64],  # float policy version
-        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, "payload", b"s" * 64],  # str payload
-        [2, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", "s" * 64],  # str signature
+        [V, 5, SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int kind
+        [V, "hello", 5, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # int swarm
+        [V, "hello", SWARM, b"peer", 0, 0, b"", b"s" * 64],  # bytes sender
+        [V, "hello", SWARM, IDENTITY.peer_id, True, 0, b"", b"s" * 64],  # bool seq
+        [V, "hello", SWARM, IDENTITY.peer_id, -1, 0, b"", b"s" * 64],  # negative seq
+        [V, "hello", SWARM, IDENTITY.peer_id, 0, 2**53, b"", b"s" * 64],  # over JS-safe ints
+        [V, "hello", SWARM, IDENTITY.peer_id, 2**53, 0, b"", b"s" * 64],  # seq too
+        [2**16, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # version over u16
+        [V, "k" * 33, SWARM, IDENTITY.peer_id, 0, 0, b"", b"s" * 64],  # kind too long
+        [V, "hello", SWARM, "p" * 129, 0, 0, b"", b"s" * 64],  # sender too long
+        [V, "hello", SWARM, IDENTITY.peer_id, 0, 1.5, b"", b"s" * 64],  # float policy version
+        [V, "hello", SWARM, IDENTITY.peer_id, 0, 0, "payload", b"s" * 64],  # str payload
+        [V, "hello", SWARM, IDENTITY.peer_id, 0, 0, b"", "s" * 64],  # str signature
     ],
 )
 def test_malformed_structure(fields: object) -> None:

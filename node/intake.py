@@ -173,10 +173,12 @@ class Intake:
         known = self.peers.get(sender)
         if known is None:
             info = PeerInfo(hello.model_id, hello.model_family, hello.policy_version, now)
+            info.claimed = dict(hello.progress)
             self.peers[sender] = info
         else:  # keep what we measured of it (re-scored rewards)
             known.model_id, known.model_family = hello.model_id, hello.model_family
             known.policy_version, known.last_seen = hello.policy_version, now
+            known.claimed = dict(hello.progress)
         self.peers.move_to_end(sender)
         if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
             self.peers.popitem(last=False)  # the least recently seen

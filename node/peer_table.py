@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import deque
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ class PeerInfo:
     """Exponential mean (`REWARD_EMA`) of the peer's groups' rewards as we re-scored them."""
     verified_groups: int = 0
     """Groups of this peer that passed our re-scoring."""
+    claimed: dict[str, float] = field(default_factory=dict)
+    """What its last hello said of its progress (`rounds`, `reward`, `eval`): its word."""
 
     def note_verified(self, rewards: Collection[float]) -> None:
         if not rewards:
@@ -75,9 +78,34 @@ def peer_rows(
             "ignored": ignored(peer),
             "reward": None if info.reward is None else round(info.reward, 4),
             "verified_groups": info.verified_groups,
+            "claimed": {k: round(v, 4) for k, v in info.claimed.items()},
         }
         for peer, info in recent
     ]
+
+
+class OwnProgress:
+    """What this node tells peers of its progress in its hellos (for their dashboards)."""
+
+    def __init__(self, window: int = 10) -> None:
+        self._rewards: deque[float] = deque(maxlen=window)
+        self._rounds = 0
+        self._eval: float | None = None
+
+    def note(self, record: dict[str, Any]) -> None:
+        self._rounds = record["round"]
+        if record["mean_local_reward"] is not None:
+            self._rewards.append(record["mean_local_reward"])
+        if record.get("eval"):
+            self._eval = record["eval"]["accuracy"]
+
+    def claim(self) -> tuple[tuple[str, float], ...]:
+        out: list[tuple[str, float]] = [("rounds", float(self._rounds))] if self._rounds else []
+        if self._rewards:
+            out.append(("reward", round(sum(self._rewards) / len(self._rewards), 4)))
+        if self._eval is not None:
+            out.append(("eval", self._eval))
+        return tuple(out)
 
 
 class PeerTableFile:

@@ -83,10 +83,12 @@ def status_table(data_dir: Path, last: int) -> Table:
                       "reward as we re-scored it")  # fmt: skip
         for row in peers["peers"][:10]:
             reward = "-" if row["reward"] is None else f"{row['reward']:.3f}"
+            claimed = row.get("claimed") or {}
+            said = ", ".join(f"{k} {v:g}" for k, v in claimed.items()) or "-"
             table.add_row(
                 f"  {row['peer'][:16]}…",
                 f"{row['model_id']} v{row['policy_version']}; {row['link']}; reward {reward}; "
-                f"seen {row['last_seen_s']:.0f} s before",
+                f"claims {said}; seen {row['last_seen_s']:.0f} s before",
             )
     table.add_row(
         "dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none"

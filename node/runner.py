@@ -45,6 +45,7 @@ from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner
 from node.metrics import histogram, mean_by_key, mean_or_none, round_seconds
 from node.own_samples import OwnSamples
+from node.peer_table import OwnProgress
 from node.pool import RolloutPool
 from node.round_outputs import RoundOutputs
 from node.supervise import supervise
@@ -114,6 +115,8 @@ class Node:
             seed=config.tasks.seed,
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
+        self.progress = OwnProgress()
+        """What our hellos say of our progress (peers show it as our claim)."""
         self.own_samples = OwnSamples(config, self.tasks, lambda: self.learner, offload)
         self.held_out = HeldOut(config)
         self.intake = Intake(
@@ -315,6 +318,7 @@ class Node:
                 self.learner.model_family,
                 self.learner.policy_version,
                 self.capabilities,
+                self.progress.claim(),
             )
             self.intake.new_peer.clear()
             await self.gossip.publish(self._peers_topic, hello, self.learner.policy_version)
@@ -475,6 +479,7 @@ class Node:
             "deltas": deltas_record,
             "eval": evaluation,
         }
+        self.progress.note(record)
         if self._outputs is not None:
             self._outputs.write(record, sampled.groups, self.intake.peer_rows())
         if self.on_round is not None:

@@ -89,6 +89,9 @@ class TaskRef:
         return cls(_str(m["source"], "source"), _int(m["seed"], "seed"), _int(m["index"], "index"))
 
 
+PROGRESS_KEYS = ("rounds", "reward", "eval")
+
+
 @dataclass(frozen=True)
 class Hello:
     """`peers` topic: who a node is, what it runs, how far it is."""
@@ -98,24 +101,35 @@ class Hello:
     model_family: str
     policy_version: int
     capabilities: tuple[str, ...] = ()
+    progress: tuple[tuple[str, float], ...] = ()
+    """Optional self-reported figures (`rounds`, `reward`: mean own reward of the last
+    rounds, `eval`: latest held-out accuracy): claims for display, never trusted."""
 
     def to_wire(self) -> dict:
-        return {
+        wire: dict[str, Any] = {
             "model_id": self.model_id,
             "model_family": self.model_family,
             "policy_version": self.policy_version,
             "capabilities": list(self.capabilities),
         }
+        if self.progress:
+            wire["progress"] = dict(self.progress)
+        return wire
 
     @classmethod
     def from_wire(cls, obj: Any) -> Hello:
-        m = _map(obj, ("model_id", "model_family", "policy_version", "capabilities"))
+        required = ("model_id", "model_family", "policy_version", "capabilities")
+        m = _map(obj, (*required, "progress"), required)
         caps = _list(m["capabilities"], "capabilities", 32)
+        progress = m.get("progress", {})
+        if not isinstance(progress, dict) or not set(progress) <= set(PROGRESS_KEYS):
+            raise _fail(f"progress must be a map with keys among {list(PROGRESS_KEYS)}")
         return cls(
             _str(m["model_id"], "model_id"),
             _str(m["model_family"], "model_family"),
             _int(m["policy_version"], "policy_version"),
             tuple(_str(c, "capability", 64) for c in caps),
+            tuple((k, _float(progress[k], k)) for k in PROGRESS_KEYS if k in progress),
         )
 
 

@@ -19,9 +19,13 @@ from node.dashboard.follow import DataDirFollower
 from node.dashboard.server import Dashboard, parse_listen
 from node.dashboard.view import MAX_POINTS, binned_mean, increments, node_view
 from node.metrics import read_metrics
+from node.peer_table import OwnProgress
 from node.run_summary import RunSummary, summarize
 from swarm.errors import ConfigError
+from swarm.identity import Identity
+from swarm.messages import Hello
 from tests.node.helpers import stub_config, stub_node
+from tests.node.test_version_claims import envelope_of
 
 ROUNDS = 12
 
@@ -80,6 +84,25 @@ def test_status_shows_the_dashboards_headline_and_peer_table(swarm_dirs: list[Pa
     peer = view["peers"]["peers"][0]
     assert f"{peer['peer'][:16]}…" in text
     assert f"{peer['model_id']} v{peer['policy_version']}; direct" in text
+
+
+def test_a_peers_progress_claims_reach_the_peer_table(tmp_path: Path) -> None:
+    node = stub_node(stub_config(tmp_path, "listener"), MemoryNetwork("claims-table"))
+    peer = Identity.from_seed(b"\x42" * 32)
+    said = (("rounds", 30.0), ("reward", 0.5), ("eval", 0.25))
+    asyncio.run(node.take(envelope_of(node, peer, Hello("m", "f", 7, (), said), 7, 1)))
+    (row,) = node.intake.peer_rows()
+    assert row["claimed"] == dict(said) and row["policy_version"] == 7
+    asyncio.run(node.take(envelope_of(node, peer, Hello("m", "f", 8), 8, 2)))
+    (row,) = node.intake.peer_rows()
+    assert row["claimed"] == {}  # only what its newest hello says
+    progress = OwnProgress()
+    for record in [
+        {"round": 1, "mean_local_reward": 0.2, "eval": {"accuracy": 0.1}},
+        {"round": 2, "mean_local_reward": 0.4, "eval": None},
+    ]:
+        progress.note(record)
+    assert progress.claim() == (("rounds", 2.0), ("reward", 0.3), ("eval", 0.1))
 
 
 def test_the_api_shows_the_numbers_of_metrics_jsonl(swarm_dirs: list[Path]) -> None:

@@ -43,7 +43,9 @@ def _payloads() -> list[tuple[str, int, int, object]]:
     )  # fmt: skip
     data = b"part of a large envelope"
     chunk = Chunk(hashlib.sha256(b"whole").digest(), 0, 2, 48, hashlib.sha256(data).digest(), data)
-    hello = Hello("builtin:tiny", "f433a6096222", 4, ("rollouts",))
+    hello = Hello(
+        "builtin:tiny", "f433a6096222", 4, ("rollouts",), (("rounds", 9.0), ("reward", 0.25))
+    )
     delta = DeltaPacket("f433a6096222", 4, "raw", b"\x00\x01", {})
     seq = 1_764_633_600_000_000  # microseconds since the epoch, as senders start
     return [

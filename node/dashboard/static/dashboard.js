@@ -96,16 +96,22 @@ function drawCharts(view) {
   bars(document.getElementById("used-by-peer"), Object.entries(view.used_by_peer).slice(0, 20), v => String(v));
 }
 
+function claims(c) {
+  const rounds = c.rounds === undefined ? "-" : String(Math.round(c.rounds));
+  return `${rounds} · ${fmt(c.reward)} · ${fmt(c.eval)}`;
+}
+
 function drawPeers(view) {
   const body = document.querySelector("#peers tbody");
   const table = view.peers;
-  document.getElementById("peers-note").textContent = table ? `(as of round ${table.round}; model, family and version are the peers' own claims)` : "(no peers.json yet)";
+  document.getElementById("peers-note").textContent = table ? `(as of round ${table.round}; model, family, version and claims are the peers' own word)` : "(no peers.json yet)";
   body.replaceChildren(...(table ? table.peers : []).map(p => {
     const tr = el("tr", {class: p.ignored ? "ignored" : ""});
     tr.append(
       el("td", {class: "mono", title: p.peer}, short(p.peer)), el("td", {}, p.model_id), el("td", {class: "mono"}, p.model_family.slice(0, 12)),
       el("td", {}, String(p.policy_version)), el("td", {}, p.link), el("td", {}, fmt(p.score, 2) + (p.ignored ? " (ignored)" : "")),
-      el("td", {}, fmt(p.reward)), el("td", {}, String(p.verified_groups)), el("td", {}, p.last_seen_s.toFixed(1) + " s ago"));
+      el("td", {}, fmt(p.reward)), el("td", {}, String(p.verified_groups)), el("td", {}, claims(p.claimed || {})),
+      el("td", {}, p.last_seen_s.toFixed(1) + " s ago"));
     return tr;
   }));
 }

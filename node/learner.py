@@ -83,6 +83,10 @@ class EvalResult:
 
 
 class Learner(Protocol):
+    sample_overlap: bool
+    """True: `sample` may run in a thread while `train` runs in another (the node then
+    samples each round ahead, `node.own_samples`)."""
+
     model_id: str
     model_family: str
 

@@ -3,11 +3,11 @@
 Invariants:
 - Round r's groups use the task stream's next `local_groups` references and a seed
   distinct per node and round (`round_seed`), whether sampled in round r or ahead.
-- With `sampler.overlap`, round r+1's groups are sampled (in a worker thread) while
-  round r trains: they come from the weights of one optimizer step earlier, and
-  `SampleResult.policy_version` says which. At most one round is sampled ahead, and
-  `drain` waits for it when the node stops (its groups are then dropped: they were
-  never trained on or shared).
+- With overlap (`Learner.sample_overlap`, from `sampler.overlap`), round r+1's groups
+  are sampled (in a worker thread) while round r trains: they come from the weights of
+  one optimizer step earlier, and `SampleResult.policy_version` says which. At most one
+  round is sampled ahead, and `drain` waits for it when the node stops (its groups are
+  then dropped: they were never trained on or shared).
 - The task stream is advanced when the references are drawn: a checkpoint taken while
   round r+1 is being sampled ahead resumes after those references (a restarted node
   samples different tasks than it would have, never the same twice).
@@ -41,8 +41,11 @@ class OwnSamples:
         self.tasks = tasks
         self.learner = learner
         self.offload = offload
-        self.overlap = config.sampler.overlap
         self._ahead: tuple[int, asyncio.Task[SampleResult]] | None = None
+
+    @property
+    def overlap(self) -> bool:
+        return bool(getattr(self.learner(), "sample_overlap", False))
 
     def _start(self, round_index: int) -> Awaitable[SampleResult]:
         refs = self.tasks.next_refs(self.config.sapo.local_groups)

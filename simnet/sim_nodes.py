@@ -106,6 +106,8 @@ class TimedLearner:
         self.rng = rng
         self.model_id = inner.model_id
         self.model_family = inner.model_family
+        # Modeled time has no overlap of sampling and training: rounds stay sequential.
+        self.sample_overlap = False
 
     @property
     def policy_version(self) -> int:

@@ -30,6 +30,7 @@ from swarm.messages import DeltaPacket, TaskRef
 class StubLearner:
     model_id = "stub"
     model_family = "stub"
+    sample_overlap = False
 
     def __init__(
         self, group_size: int, rewards: RewardsConfig, skill: float = 0.1, rate: float = 0.02

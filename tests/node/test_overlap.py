@@ -10,6 +10,7 @@ import pytest
 
 from node.build import build_node
 from node.metrics import read_metrics
+from node.policy_learner import PolicyLearner
 from node.starter import learning_settings, merge
 from swarm.config import parse_config
 
@@ -56,3 +57,15 @@ def test_samples_come_from_the_weights_of_one_or_two_rounds_back(
     ]
     by_round = {r["round"]: r["sampled_version"] for r in records}
     assert all(s["policy_version"] == by_round[s["round"]] for s in samples)
+
+
+def test_overlap_is_on_by_default_for_transformers_on_a_cpu(tmp_path: Path) -> None:
+    config = parse_config(
+        {
+            "node": {"name": "d", "data_dir": str(tmp_path)},
+            "transport": {"type": "memory"},
+            "model": {"name_or_path": "builtin:tiny", "device": "cpu"},
+        }
+    )
+    assert config.sampler.overlap is None  # unset: the learner decides
+    assert PolicyLearner(config).sample_overlap is True

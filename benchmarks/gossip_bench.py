@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.bare_mqtt import bare_rows  # noqa: E402
 from gossip.layer import Gossip  # noqa: E402
 from gossip.memory import MemoryTransport, remove_network  # noqa: E402
 from swarm.clock import WallClock  # noqa: E402
@@ -180,6 +181,11 @@ def main() -> None:
 
             try:
                 rows += bench_processes(transport, spawn, args.quick)
+                if broker is not None:  # the same broker, raw publishes: the baseline
+                    sizes = [(lab, size, small if args.quick else full)
+                             for lab, size, full, small in SIZES]  # fmt: skip
+                    for label, count, size, seconds in bare_rows(broker.host, broker.port, sizes):
+                        rows.append(row("mqtt bare", label, count, size, seconds))
             finally:
                 for peer in peers:
                     peer.stop()
@@ -188,6 +194,10 @@ def main() -> None:
         if "memory" in wanted:
             rows += asyncio.run(bench_memory(args.quick))
     print_table(rows)
+    ours = {label: mbps for t, label, _, _, _, mbps in rows if t == "mqtt"}
+    bare = {label: mbps for t, label, _, _, _, mbps in rows if t == "mqtt bare"}
+    for label in ours.keys() & bare.keys():
+        print(f"mqtt goodput / bare mosquitto at {label}: {ours[label] / bare[label]:.0%}")
 
 
 if __name__ == "__main__":

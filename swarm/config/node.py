@@ -25,8 +25,9 @@ class NodeSection(StrictModel):
     background_checkpoints: bool = True
     """Write checkpoints in a background thread while the next rounds train (the round
     waits only for an in-memory copy of the state, which costs one extra copy of model +
-    optimizer in memory until written). Off: each checkpoint is written before the next
-    round starts."""
+    optimizer in memory until written). A kill during a write loses that checkpoint: the
+    restart resumes from the one before (at most one write is in flight). Off: each
+    checkpoint is written before the next round starts."""
     checkpoint_optimizer: bool = True
     """Keep the optimizer state in checkpoints (for AdamW, twice the model's size): a
     resume continues exactly. Off: checkpoints are the model alone and a resume starts

@@ -18,7 +18,7 @@ Layout of one checkpoint directory (also a Hugging Face model folder):
 
 Invariants:
 - No pickle anywhere: tensors are safetensors, everything else JSON.
-- `save_checkpoint` = `capture_checkpoint` (copies of every tensor, taken at once) then
+- A checkpoint is `capture_checkpoint` (copies of every tensor, taken at once) then
   `write_checkpoint`, which may run later in another thread: what is written is the state
   at capture. Writing goes into a hidden temporary sibling directory, fsyncs every file and
   the directory, then renames it into place (replacing an older checkpoint of the same
@@ -167,7 +167,8 @@ class CheckpointImage:
     """A checkpoint captured in memory (tensors copied out of the live model and
     optimizer, small model files already in the hidden temporary directory): writing it
     (`write_checkpoint`) can run in a background thread while training changes the
-    model. Discard an image that will not be written with `discard_checkpoint`."""
+    model. An image that is never written leaves a hidden temporary directory, which
+    `node.checkpoints.prune` removes."""
 
     directory: Path
     tmp: Path
@@ -238,26 +239,6 @@ def write_checkpoint(image: CheckpointImage) -> None:
         raise
     finally:
         image.payloads.clear()  # the copies are no longer needed
-
-
-def discard_checkpoint(image: CheckpointImage) -> None:
-    shutil.rmtree(image.tmp, ignore_errors=True)
-    image.payloads.clear()
-
-
-def save_checkpoint(
-    directory: Path,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
-    extra_tensors: dict[str, torch.Tensor],
-    manifest: dict[str, Any],
-    tokenizer: Any = None,
-    lora: dict[str, Any] | None = None,
-) -> None:
-    """Capture and write a checkpoint at once (see `capture_checkpoint`)."""
-    write_checkpoint(
-        capture_checkpoint(directory, model, optimizer, extra_tensors, manifest, tokenizer, lora)
-    )
 
 
 def _read_manifest(directory: Path, verify: bool = True) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import errno
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,13 +19,19 @@ from policy.checkpoint import (
     load_checkpoint,
     restore_rng_state,
     rng_state_tensors,
-    save_checkpoint,
 )
 from policy.tiny import build_tiny
 from policy.trainer import Trainer, TrainGroup
 from swarm.config.learning import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _save(directory: Path, *args: Any, **kwargs: Any) -> None:
+    """Capture and write at once, as a foreground checkpoint does."""
+    checkpoint_module.write_checkpoint(
+        checkpoint_module.capture_checkpoint(directory, *args, **kwargs)
+    )
 
 
 def _trained(seed: int = 0, steps: int = 2) -> Trainer:
@@ -57,7 +64,7 @@ def _assert_same(a: Trainer, b: Trainer) -> None:
 def test_save_load_restores_model_and_optimizer_exactly(tmp_path: Path) -> None:
     src = _trained(seed=0)
     extra = {"residual.w": torch.arange(6.0).reshape(2, 3)}
-    save_checkpoint(tmp_path / "step-2", src.model, src.optimizer, extra, {"step": 2, "note": "x"})
+    _save(tmp_path / "step-2", src.model, src.optimizer, extra, {"step": 2, "note": "x"})
     dst = _trained(seed=1, steps=1)  # different weights and optimizer state
     manifest, got_extra = load_checkpoint(tmp_path / "step-2", dst.model, dst.optimizer)
     assert manifest == {"step": 2, "note": "x"}
@@ -75,9 +82,9 @@ def test_save_load_restores_model_and_optimizer_exactly(tmp_path: Path) -> None:
 def test_replacing_a_checkpoint_and_leaving_no_temporaries(tmp_path: Path) -> None:
     t = _trained()
     target = tmp_path / "latest"
-    save_checkpoint(target, t.model, t.optimizer, {}, {"step": 1})
+    _save(target, t.model, t.optimizer, {}, {"step": 1})
     t.step([_group(t.tokenizer, 3)])
-    save_checkpoint(target, t.model, t.optimizer, {}, {"step": 2})
+    _save(target, t.model, t.optimizer, {}, {"step": 2})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
     manifest, _ = load_checkpoint(target, _trained(seed=1).model, None)
     assert manifest["step"] == 2
@@ -86,7 +93,7 @@ def test_replacing_a_checkpoint_and_leaving_no_temporaries(tmp_path: Path) -> No
 def test_latest_valid_checkpoint_ignores_torn_and_incomplete(tmp_path: Path) -> None:
     t = _trained(steps=1)
     for step in (1, 2, 3, 4):
-        save_checkpoint(tmp_path / f"ckpt-{step}", t.model, t.optimizer, {}, {"step": step})
+        _save(tmp_path / f"ckpt-{step}", t.model, t.optimizer, {}, {"step": step})
     assert latest_valid_checkpoint(tmp_path) == tmp_path / "ckpt-4"
     # 4: truncated file (a torn write)
     opt = tmp_path / "ckpt-4" / "optimizer.safetensors"
@@ -111,7 +118,7 @@ def test_latest_valid_checkpoint_ignores_torn_and_incomplete(tmp_path: Path) -> 
 
 def test_manifest_is_plain_json_and_a_wrong_model_is_refused(tmp_path: Path) -> None:
     t = _trained(steps=1)
-    save_checkpoint(tmp_path / "c", t.model, t.optimizer, {}, {"step": 1})
+    _save(tmp_path / "c", t.model, t.optimizer, {}, {"step": 1})
     doc = json.loads((tmp_path / "c" / "manifest.json").read_text())
     assert doc["format"] == "swarm-checkpoint/1" and doc["manifest"] == {"step": 1}
     assert doc["aliases"] == {"lm_head.weight": "model.embed_tokens.weight"}
@@ -135,7 +142,7 @@ def test_a_full_disk_raises_oserror_and_keeps_the_older_checkpoint(
 ) -> None:
     t = _trained(steps=1)
     target = tmp_path / "latest"
-    save_checkpoint(target, t.model, t.optimizer, {}, {"step": 1})
+    _save(target, t.model, t.optimizer, {}, {"step": 1})
     real = checkpoint_module.save_file
 
     def full_disk(tensors: dict, filename: str, metadata: dict | None = None) -> None:
@@ -148,7 +155,7 @@ def test_a_full_disk_raises_oserror_and_keeps_the_older_checkpoint(
 
     monkeypatch.setattr(checkpoint_module, "save_file", full_disk)
     with pytest.raises(OSError) as info:
-        save_checkpoint(target, t.model, t.optimizer, {}, {"step": 2})
+        _save(target, t.model, t.optimizer, {}, {"step": 2})
     assert info.value.errno == errno.ENOSPC
     assert str(info.value.filename).endswith("model.safetensors")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]  # no temp dir left
@@ -160,7 +167,7 @@ def test_a_full_disk_raises_oserror_and_keeps_the_older_checkpoint(
 
     monkeypatch.setattr(checkpoint_module, "save_file", not_io)
     with pytest.raises(SafetensorError, match="invalid tensor"):  # a bug stays a bug
-        save_checkpoint(target, t.model, t.optimizer, {}, {"step": 2})
+        _save(target, t.model, t.optimizer, {}, {"step": 2})
 
 
 def test_a_captured_checkpoint_holds_the_state_at_capture_not_at_write(tmp_path: Path) -> None:
@@ -178,13 +185,3 @@ def test_a_captured_checkpoint_holds_the_state_at_capture_not_at_write(tmp_path:
     restored = _trained(seed=1, steps=1)
     load_checkpoint(tmp_path / "step-2", restored.model, restored.optimizer)
     _assert_same(restored, at_capture)
-
-
-def test_a_discarded_capture_leaves_nothing(tmp_path: Path) -> None:
-    trainer = _trained(seed=0, steps=1)
-    image = checkpoint_module.capture_checkpoint(
-        tmp_path / "step-1", trainer.model, trainer.optimizer, {}, {}
-    )
-    assert image.tmp.is_dir()
-    checkpoint_module.discard_checkpoint(image)
-    assert list(tmp_path.iterdir()) == []

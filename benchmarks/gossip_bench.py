@@ -57,7 +57,7 @@ def row(transport: str, label: str, count: int, size: int, seconds: float) -> Ro
 def bench_processes(
     transport: str, spawn: Callable[[str, list[str]], PeerProcess], quick: bool
 ) -> list[Row]:
-    common = ["--transport", transport, "--wait-mesh", "1"]
+    common = ["--transport", transport, "--wait-mesh", "1", "--light"]
     receiver = spawn("recv", [*common, "--mode", "relay"]).ready()
     extra = ["--bootstrap", receiver.addrs[0]] if transport == "libp2p" else []
     sender = spawn("send", [*common, "--mode", "relay", *extra]).ready()
@@ -184,8 +184,10 @@ def main() -> None:
                 if broker is not None:  # the same broker, raw publishes: the baseline
                     sizes = [(lab, size, small if args.quick else full)
                              for lab, size, full, small in SIZES]  # fmt: skip
-                    for label, count, size, seconds in bare_rows(broker.host, broker.port, sizes):
-                        rows.append(row("mqtt bare", label, count, size, seconds))
+                    for qos in (0, 1):
+                        bare = bare_rows(broker.host, broker.port, sizes, qos)
+                        for label, count, size, seconds in bare:
+                            rows.append(row(f"bare qos{qos}", label, count, size, seconds))
             finally:
                 for peer in peers:
                     peer.stop()
@@ -195,9 +197,14 @@ def main() -> None:
             rows += asyncio.run(bench_memory(args.quick))
     print_table(rows)
     ours = {label: mbps for t, label, _, _, _, mbps in rows if t == "mqtt"}
-    bare = {label: mbps for t, label, _, _, _, mbps in rows if t == "mqtt bare"}
-    for label in ours.keys() & bare.keys():
-        print(f"mqtt goodput / bare mosquitto at {label}: {ours[label] / bare[label]:.0%}")
+    for qos in (0, 1):
+        bare = {label: mbps for t, label, _, _, _, mbps in rows if t == f"bare qos{qos}"}
+        for label, _, _, _ in SIZES:
+            if label in ours and label in bare:
+                print(
+                    f"mqtt goodput / bare aiomqtt QoS {qos} at {label}: "
+                    f"{ours[label] / bare[label]:.0%}"
+                )
 
 
 if __name__ == "__main__":

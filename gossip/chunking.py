@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from swarm.errors import WireError
 from swarm.messages import Chunk
@@ -69,6 +70,16 @@ class _Partial:
     started: float
     parts: dict[int, bytes] = field(default_factory=dict)
     size: int = 0
+    hasher: Any = field(default_factory=hashlib.sha256)
+    """sha256 of parts 0..hashed_upto-1: chunks that arrive in order (the usual case)
+    are hashed as they come, so completing a set does not hash it all at once (an event
+    loop stall of a full pass over the message)."""
+    hashed_upto: int = 0
+
+    def hash_ready_parts(self) -> None:
+        while self.hashed_upto in self.parts:
+            self.hasher.update(self.parts[self.hashed_upto])
+            self.hashed_upto += 1
 
 
 class Reassembler:
@@ -142,6 +153,7 @@ class Reassembler:
             self._abandon(key)
             raise WireError("reassembly_full", detail)
         partial.parts[chunk.index] = chunk.data
+        partial.hash_ready_parts()
         partial.size += size
         self.pending_bytes += size
         self._per_sender[sender] = self.pending_for(sender) + size
@@ -151,7 +163,7 @@ class Reassembler:
         if partial.size != partial.total_size:
             raise WireError("bad_chunk", "chunks add up to less than total_size")
         whole = b"".join(partial.parts[i] for i in range(partial.count))
-        if sha256(whole) != chunk.content_hash:
+        if partial.hasher.digest() != chunk.content_hash:
             raise WireError("bad_chunk_hash", "reassembled content does not match its hash")
         return whole
 

@@ -17,7 +17,7 @@ its reason in `counters.dropped`):
    signature so that an ignored peer's flood costs no verification.
 3. `own` for our own messages echoed back (counted, not an error); then a whole
    (unchunked) envelope must fit `config.max_envelope_bytes` (`oversize`).
-4. `duplicate` if its (sender, seq) or the sha256 of its bytes was accepted before.
+4. `duplicate` if its (sender, seq) or the digest of what it signed was accepted before.
 5. `rate_limited` by the sender's token bucket (chunks count one each).
 6. Chunks (kind `chunk`): payload decoded with wire limits, `duplicate` if that content
    was already reassembled, then the `Reassembler`'s checks (`bad_chunk_hash` per chunk,
@@ -31,9 +31,11 @@ its reason in `counters.dropped`):
    delta's family the topic's family (`wrong_topic`).
 
 Invariants:
-- `receive` returns only messages that passed every step; it never raises because of
-  anything a peer sent (an unexpected error in a decoder is logged and counted as
-  `internal_error` rather than letting one peer crash every node).
+- `receive` returns only messages that passed every step, and yields to the event loop
+  before each message it judges (one message's work is the longest it blocks the
+  loop, never a whole backlog's); it never raises because of anything a peer sent (an
+  unexpected error in a decoder is logged and counted as `internal_error` rather than
+  letting one peer crash every node).
 - Nothing here judges staleness: the node reads `Received.envelope.policy_version`
   (the sender's claim about itself) and applies `swarm.staleness` itself.
 - `publish` never raises because of the network: a transport failure (`ConnectionError`,
@@ -41,6 +43,8 @@ Invariants:
   once per cause (again only after `PUBLISH_LOG_EVERY_S` of the same cause), and the
   message is dropped (GossipSub and MQTT are best-effort; the next round publishes
   anew). Errors that are our own bugs (`ValueError`, `RuntimeError`) still raise.
+  Chunks of one message are published `PUBLISH_WINDOW` at a time, concurrently; the
+  first window with a failed chunk ends the message (the rest is not sent).
 - Time comes only from the injected `Clock` (rate limits, reassembly expiry).
 - Every wire message this layer publishes is at most `transport.max_message_bytes`:
   anything larger is sent as chunks whose envelopes are sized with the exact overhead
@@ -59,12 +63,13 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from gossip.chunking import MAX_CHUNKS, Reassembler, sha256, split
+from gossip.chunking import MAX_CHUNKS, Reassembler, split
 from gossip.counters import GossipCounters
 from gossip.ratelimit import RateLimiter
 from gossip.scoring import PeerScores
@@ -97,6 +102,8 @@ MIN_CHUNK_DATA = 64
 """A transport whose messages cannot carry this much chunk data is refused."""
 MAX_SEQ = 2**63 - 1
 PUBLISH_LOG_EVERY_S = 60.0
+PUBLISH_WINDOW = 8
+"""Chunks of one message handed to the transport concurrently."""
 """A repeated publish failure of the same cause is logged at most this often."""
 MAX_PAYLOAD_STR_BYTES = 4 * MAX_TEXT_CHARS
 """Longest msgpack str in a payload: a text field of MAX_TEXT_CHARS in worst-case UTF-8."""
@@ -247,15 +254,23 @@ class Gossip:
                 for chunk in split(data, self.chunk_data_bytes)
             ]
         sent = 0
-        for wire in wires:
-            try:
-                await self.transport.publish(topic, wire)
-            except (ConnectionError, OSError, TimeoutError) as exc:
-                self._publish_failed(message.KIND, exc)
-                return 0
-            sent += len(wire)
-            self.counters.bytes_out += len(wire)
-            self.counters.messages_out += 1
+        # Up to PUBLISH_WINDOW chunks in flight at once: a transport whose publish waits
+        # for an acknowledgement (MQTT QoS 1's PUBACK) overlaps the round trips instead
+        # of paying one per chunk. Reassembly takes chunks in any order.
+        for start in range(0, len(wires), PUBLISH_WINDOW):
+            batch = wires[start : start + PUBLISH_WINDOW]
+            outcomes = await asyncio.gather(
+                *(self.transport.publish(topic, wire) for wire in batch), return_exceptions=True
+            )
+            for wire, outcome in zip(batch, outcomes, strict=True):
+                if isinstance(outcome, (ConnectionError, OSError, TimeoutError)):
+                    self._publish_failed(message.KIND, outcome)
+                    return 0
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                sent += len(wire)
+                self.counters.bytes_out += len(wire)
+                self.counters.messages_out += 1
         self.counters.published[message.KIND] += 1
         return sent
 
@@ -300,6 +315,10 @@ class Gossip:
     async def receive(self) -> Received:
         """Wait for the next accepted message; refused ones are counted and skipped."""
         while True:
+            # A transport's inbox hands over queued messages without suspending, so a
+            # backlog (a burst of chunks) would be judged back to back with the event
+            # loop blocked throughout: give the other tasks a turn between messages.
+            await asyncio.sleep(0)
             message = await self.transport.receive()
             self.expire_partials()
             received = self.accept(message)
@@ -351,7 +370,7 @@ class Gossip:
             raise WireError("own", "our own message echoed back")
         if envelope.kind != Chunk.KIND and len(data) > self.config.max_envelope_bytes:
             raise WireError("oversize", f"envelope of {len(data)} bytes")
-        digest = sha256(bytes(data))
+        digest = envelope.signing_digest
         if self._seen.contains(envelope.sender, envelope.seq, digest):
             raise WireError("duplicate", f"seq {envelope.seq}")
         if not self._limiter.allow(envelope.sender):

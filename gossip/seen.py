@@ -1,8 +1,9 @@
 """The seen-message cache: refuses duplicates and replays of authenticated envelopes.
 
-An envelope is identified twice: by `(sender, seq)` (what the sender signed) and by the
-sha256 of its encoded bytes (what travelled; for a chunked message, the content hash
-every chunk names). Either identity already seen makes it a duplicate.
+An envelope is identified twice: by `(sender, seq)` and by a digest of its content (the
+sha256 of its signing input, `Envelope.signing_digest`, so the same signed content is one
+message however it was encoded; for a chunked message, the content hash every chunk
+names). Either identity already seen makes it a duplicate.
 
 Invariants:
 - Memory is bounded: at most `capacity` (sender, seq) pairs, `capacity` content hashes

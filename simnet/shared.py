@@ -93,8 +93,22 @@ def _memo_decode(
 def _memo_rescore(
     fn: Callable[..., Rescored], cache: dict[tuple[Any, ...], Any], canon: _Canon
 ) -> Callable[..., Rescored]:
+    by_id: dict[tuple[int, int, tuple[Any, ...]], tuple[Any, Any]] = {}
+
     def memoized(group: Any, config: Any, variants: tuple[Any, ...] = ()) -> Rescored:
-        key = (group, canon(config), variants)
+        # Every receiver gets the same group object (decoding is shared), so look it up
+        # by identity first: hashing a whole group (prompt and completions) per call
+        # cost more than the lookup saved. The entry holds the group, so its id stays
+        # unique while the entry lives.
+        config = canon(config)
+        fast = (id(group), id(config), variants)
+        entry = by_id.get(fast)
+        if entry is not None and entry[0] is group:
+            hit = entry[1]
+            if isinstance(hit, str):
+                raise Refused(hit)
+            return hit
+        key = (group, config, variants)
         hit = cache.get(key)
         if hit is None:
             try:
@@ -104,6 +118,9 @@ def _memo_rescore(
             if len(cache) >= MAX_ENTRIES:
                 cache.clear()
             cache[key] = hit
+        if len(by_id) >= MAX_ENTRIES:
+            by_id.clear()
+        by_id[fast] = (group, hit)
         if isinstance(hit, str):
             raise Refused(hit)
         return hit

@@ -73,36 +73,35 @@ def unpack(data: bytes, limits: Limits) -> Any:
     if len(data) > limits.max_message_bytes:
         raise WireError("oversize", f"{len(data)} bytes > limit {limits.max_message_bytes}")
     budget = _ContainerBudget(limits.max_containers)
-    unpacker = msgpack.Unpacker(
-        raw=False,
-        strict_map_key=True,
-        use_list=True,
-        max_buffer_size=max(limits.max_message_bytes, 1),
-        max_str_len=limits.max_str_len,
-        max_bin_len=limits.max_bin_len,
-        max_array_len=limits.max_array_len,
-        max_map_len=limits.max_map_len,
-        max_ext_len=0,
-        ext_hook=_refuse_ext,
-        list_hook=budget,
-        object_hook=budget,
-    )
     try:
-        unpacker.feed(bytes(data))
-        obj = unpacker.unpack()
+        # unpackb reads the caller's buffer in place (an Unpacker would copy it whole
+        # into its own buffer first) and refuses any byte after the first object.
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_bin_len,
+            max_array_len=limits.max_array_len,
+            max_map_len=limits.max_map_len,
+            max_ext_len=0,
+            ext_hook=_refuse_ext,
+            list_hook=budget,
+            object_hook=budget,
+        )
     except WireError:
         raise
-    except msgpack.OutOfData:
-        raise WireError("malformed", "truncated msgpack") from None
+    except msgpack.ExtraData:
+        # Including an incomplete second object after a complete first one.
+        raise WireError("malformed", "trailing bytes after message") from None
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        # msgpack signals exceeded limits, bad utf-8 and bad bytes with these types.
+        # msgpack signals exceeded limits, bad utf-8, bad bytes and truncation with these.
         text = str(exc)
+        if "incomplete input" in text:
+            raise WireError("malformed", "truncated msgpack") from None
         reason = "oversize" if "exceeds max" in text and "max_ext_len" not in text else "malformed"
         raise WireError(reason, f"{type(exc).__name__}: {exc}") from None
-    # Any byte after the first object is refused, including an incomplete second object
-    # (which `unpack()` would report as OutOfData, indistinguishable from "no more").
-    if unpacker.tell() != len(data):
-        raise WireError("malformed", "trailing bytes after message")
     if not _depth_ok(obj, limits.max_depth):
         raise WireError("malformed", f"nesting deeper than {limits.max_depth}")
     return obj

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from swarm import PROTOCOL_VERSION
 from swarm.codec import Limits, pack, unpack
@@ -54,6 +54,10 @@ class Envelope:
     policy_version: int
     payload: bytes
     signature: bytes = b""
+    signing_digest: bytes = field(default=b"", repr=False, compare=False)
+    """sha256 of the signing input, set by `decode_envelope` (b"" on envelopes built
+    here): identifies what the sender signed, whatever encoding carried it, and costs no
+    second pass over the payload (the signing input holds the payload's hash)."""
 
     def signed_bytes(self) -> bytes:
         """The signing input (module docstring); fields must be within the wire's ranges."""
@@ -150,8 +154,13 @@ def decode_envelope(
         raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
     if refuse_sender is not None and refuse_sender(sender):
         raise WireError("ignored_peer", sender[:64])
-    envelope = Envelope(version, kind, env_swarm, sender, seq, policy_version, payload, signature)
-    verify(sender, envelope.signed_bytes(), signature)
+    unverified = Envelope(version, kind, env_swarm, sender, seq, policy_version, payload)
+    signed = unverified.signed_bytes()
+    verify(sender, signed, signature)
+    envelope = Envelope(
+        version, kind, env_swarm, sender, seq, policy_version, payload, signature,
+        hashlib.sha256(signed).digest(),
+    )  # fmt: skip
     if env_swarm != swarm_id:
         # Checked after the signature so that the refusal can be blamed on its signer.
         raise WireError("wrong_swarm", f"{env_swarm[:64]!r} is not {swarm_id!r}", signer=sender)

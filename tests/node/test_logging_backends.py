@@ -8,6 +8,7 @@ import glob
 import json
 import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +71,13 @@ def test_tensorboard_events_read_back(tmp_path: Path) -> None:
     assert [e.value for e in totals] == pytest.approx([r["seconds"]["total"] for r in records])
 
 
-def _wandb_history(run_file: Path) -> list[dict[str, Any]]:
-    """History rows of a .wandb file: LevelDB-style log blocks holding W&B Record protos."""
+def _wandb_history(run_file: Path) -> tuple[list[dict[str, Any]], bool]:
+    """History rows of a .wandb file (LevelDB-style log blocks holding W&B Record
+    protos), and whether the run's `exit` record is there yet."""
     from wandb.proto import wandb_internal_pb2
 
     data, block, position, pending, rows = run_file.read_bytes(), 32768, 7, b"", []
+    exited = False
     assert data[:4] == b":W&B"
     while position + 7 <= len(data):
         if block - position % block < 7:  # a block's tail too short for a header: padding
@@ -89,12 +92,13 @@ def _wandb_history(run_file: Path) -> list[dict[str, Any]]:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
             pending = b""
+            exited = exited or record.WhichOneof("record_type") == "exit"
             if record.WhichOneof("record_type") == "history":
                 items = record.history.item
                 rows.append(
                     {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
                 )
-    return rows
+    return rows, exited
 
 
 def test_wandb_offline_run_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +106,14 @@ def test_wandb_offline_run_reads_back(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("WANDB_SILENT", "true")
     records = _run_node(tmp_path, {"backends": ["wandb"], "wandb_mode": "offline"})
     (run_file,) = glob.glob(str(tmp_path / "node" / "wandb" / "offline-run-*" / "run-*.wandb"))
-    rows = _wandb_history(Path(run_file))
+    # `run.finish()` can return before W&B's service process has written the file out;
+    # wait (bounded) for the run's exit record, as a reader of the run would.
+    deadline = time.monotonic() + 30.0
+    rows, exited = _wandb_history(Path(run_file))
+    while not exited and time.monotonic() < deadline:
+        time.sleep(0.2)
+        rows, exited = _wandb_history(Path(run_file))
+    assert exited, "W&B never wrote the run's exit record"
     assert [row["_step"] for row in rows] == [r["round"] for r in records]
     assert [row["reward/local"] for row in rows] == pytest.approx(
         [r["mean_local_reward"] for r in records]

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-vllm lint install build-deps system-deps
+.PHONY: demo test test-vllm lint install build-deps system-deps js-peer-deps
 
 # Debian packages: libgmp-dev (libp2p's fastecdsa builds against it) for every install;
 # for the tests also mosquitto (the MQTT tests' broker) and chromium (the dashboard's
@@ -46,7 +46,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/swarm demo
 
-test: system-deps $(STAMP)
+# The independent js-libp2p peer of tests/interop (npm ci of its package-lock.json); where
+# Node.js >= 20 or npm is missing or npm ci fails, it says so and its test skips.
+js-peer-deps: $(STAMP)
+	$(BIN)/python -m tests.interop.js_peer_setup
+
+test: system-deps $(STAMP) js-peer-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -rs
 

@@ -9,6 +9,8 @@ Invariants:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from swarm.config.network import (
     Libp2pTransportConfig,
     MemoryTransportConfig,
@@ -22,12 +24,16 @@ from swarm.transport import Transport
 __all__ = ["make_transport"]
 
 
-def make_transport(config: TransportConfig, identity: Identity) -> Transport:
-    """Return an unstarted transport for `config` with `identity` as its key."""
+def make_transport(
+    config: TransportConfig, identity: Identity, *, data_dir: Path | None = None
+) -> Transport:
+    """Return an unstarted transport for `config` with `identity` as its key; libp2p keeps
+    its peer book in `<data_dir>/peer_book.json` (none without a `data_dir`)."""
     if isinstance(config, Libp2pTransportConfig):
         from gossip.libp2p import Libp2pTransport
 
-        return Libp2pTransport(config, identity)
+        book = data_dir / "peer_book.json" if data_dir is not None else None
+        return Libp2pTransport(config, identity, peer_book_path=book)
     if isinstance(config, MqttTransportConfig):
         from gossip.mqtt import MqttTransport
 

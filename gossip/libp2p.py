@@ -58,6 +58,11 @@ Invariants:
   every peer it ever saw forever with an ERROR line per attempt, is off): see
   `gossip.libp2p_dialer` for the policy. Counted in `stats()`: `dials_failed`,
   `peers_given_up`. A failed dial never crashes the transport.
+- Discovery beyond `bootstrap` (peer exchange over `/swarm/peers/1`, the peer book at
+  `peer_book_path`, connection targets and the `max_peers` cap) is
+  `gossip.peer_exchange`'s; counted in `stats()["discovery"]`.
+
+- NAT traversal (AutoNAT, circuit relay v2, DCUtR; `config.nat_traversal`): `gossip.nat`.
 
 Memory bound. What peers can make this transport hold is at most
   inbox:          max(max_queued_bytes, one message) + 512 B x queued messages
@@ -79,7 +84,9 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import multiaddr
@@ -91,7 +98,7 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pa
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
@@ -108,6 +115,8 @@ from gossip.libp2p_patches import (
     quiet_dial_failures,
     refused_rpcs,
 )
+from gossip.nat import NatTraversal, peer_links
+from gossip.peer_exchange import PeerExchange, connection_limits
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
 from swarm.transport import TransportMessage
@@ -139,7 +148,7 @@ T = TypeVar("T")
 
 
 class Libp2pTransport:
-    """GossipSub v1.1 transport; see the module docstring for its invariants."""
+    """GossipSub (meshsub 1.2, 1.1, 1.0 offered, newest first); see the module docstring."""
 
     def __init__(
         self,
@@ -147,6 +156,7 @@ class Libp2pTransport:
         identity: Identity,
         *,
         receive_queue_size: int = 1024,
+        peer_book_path: Path | None = None,
     ) -> None:
         if config.max_message_bytes <= RPC_OVERHEAD_BYTES:
             raise ValueError("max_message_bytes leaves no room for a payload")
@@ -173,6 +183,13 @@ class Libp2pTransport:
         self.published = 0
         bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
         self._redialer = Redialer(bootstrap, mdns=config.mdns)
+        self._nat = NatTraversal(relay=config.relay) if config.nat_traversal else None
+        self._exchange = PeerExchange(
+            config,
+            self._redialer,
+            book_path=peer_book_path,
+            bootstrap=[b.peer_id for b in bootstrap],
+        )
 
     # ---- Transport protocol -------------------------------------------------------
 
@@ -257,6 +274,11 @@ class Libp2pTransport:
         # tuple() over a dict runs in C under the GIL: a consistent snapshot.
         return [pid.to_base58() for pid in tuple(host.get_network().connections)]
 
+    def peer_links(self) -> dict[str, str]:
+        """Connected peers: `direct`, or `relayed` when every connection is `/p2p-circuit`."""
+        host = self._host
+        return {} if host is None or self._stopped else peer_links(host)
+
     # ---- extras for tests, the CLI and metrics --------------------------------------
 
     def listen_addrs(self) -> list[str]:
@@ -288,7 +310,8 @@ class Libp2pTransport:
         outbound queue was full; `outbound_refused`: every RPC an outbound queue refused
         (own, relayed and control); `refused_incoming_by_reason`: what peers sent that
         was refused (`oversize_rpc`, `unsigned`, `bad_signature`, `equivocation`);
-        `dials_failed`, `peers_given_up`: re-dial outcomes.
+        `dials_failed`, `peers_given_up`: re-dial outcomes; `meshsub_peers`: peers by the
+        GossipSub version negotiated with them.
         """
         refused = 0
         outbound_bytes = 0
@@ -301,6 +324,7 @@ class Libp2pTransport:
                     outbound_bytes += inner.queued_bytes
         inbox = self._inbox
         gossipsub = self._gossipsub
+        meshsub = tuple(gossipsub.peer_protocol.values()) if gossipsub is not None else ()
         return {
             "published": self.published,
             "received": self.received,
@@ -313,8 +337,12 @@ class Libp2pTransport:
             "outbound_refused": refused,
             "outbound_queued_bytes": outbound_bytes,
             "message_cache_bytes": gossipsub.mcache_bytes if gossipsub is not None else 0,
+            "meshsub_peers": dict(Counter(str(p) for p in meshsub)),
+            "dials_attempted": self._redialer.dials_attempted,
             "dials_failed": self._redialer.dials_failed,
             "peers_given_up": self._redialer.peers_given_up,
+            "discovery": self._exchange.stats(),
+            **(self._nat.stats() if self._nat is not None else {}),
         }
 
     # ---- asyncio <-> trio bridge ----------------------------------------------------
@@ -359,6 +387,8 @@ class Libp2pTransport:
         if inbox is None or self._closing:
             return
         via = ID(from_id).to_base58()
+        if self._nat is not None:
+            self._nat.note_origin(via)
         inbox.offer(TransportMessage(topic=topic, data=data, via=via), len(data), via)
 
     # ---- trio side ------------------------------------------------------------------
@@ -374,14 +404,16 @@ class Libp2pTransport:
             sec_opt={TProtocol(NOISE_PROTOCOL_ID): noise},
             listen_addrs=[listen],
             enable_mDNS=self.config.mdns,
+            connection_config=connection_limits(self.config),
         )
         if host.get_id().to_base58() != self.peer_id:
             raise RuntimeError("libp2p host id differs from the node identity")
         disable_auto_connector(host.get_network())  # before host.run starts it
         quiet_dial_failures()
+        self._exchange.install(host)
         degree = self.config.degree
         gossipsub = SwarmGossipSub(
-            protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+            protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
             degree=degree,
             degree_low=max(1, degree - 2),
             degree_high=2 * degree,
@@ -401,6 +433,7 @@ class Libp2pTransport:
             refusals=self.refusals,
         )
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
+        self._exchange.router = gossipsub  # for its mesh sizes in stats()
         # Order matters: services first, then host.run (see the module docstring).
         async with background_trio_service(pubsub), background_trio_service(gossipsub):
             await pubsub.wait_until_ready()
@@ -411,6 +444,9 @@ class Libp2pTransport:
                     raise OSError(f"could not listen on {self.config.listen} (port in use?)")
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._redialer.run, host)
+                    if self._nat is not None:
+                        nursery.start_soon(self._nat.run, host)
+                    nursery.start_soon(self._exchange.run, host)
                     started.set_result(None)
                     await self._stop_event.wait()
                     self._closing = True

@@ -12,10 +12,13 @@ Invariants:
   `BACKOFF_MAX_S` and given up after `MAX_DIAL_FAILURES` consecutive failures, or at
   once when the peerstore holds no address for it (its addresses leave the peerstore;
   it is tracked again once it connects).
+- A candidate handed over by discovery (`add_candidate`: the peer book or peer
+  exchange, which choose how many and when) that never connected is given up after
+  `MAX_CANDIDATE_FAILURES` failed dials; once it connects it is kept like any other.
 - At most `MAX_CONCURRENT_DIALS` dials run at once, and at most one per peer.
 - The log gets one line when a bootstrap peer becomes unreachable, one when it is back,
-  and one per peer given up; never one per attempt. Counted: `dials_failed`,
-  `peers_given_up`.
+  and one per peer given up; never one per attempt. Counted: `dials_attempted`,
+  `dials_failed`, `peers_given_up`.
 - A failed dial never raises out of `run` (whatever the library raises for a dead peer).
 """
 
@@ -43,6 +46,9 @@ BOOTSTRAP_BACKOFF_MAX_S = 300.0
 MAX_DIAL_FAILURES = 8
 """Consecutive failed dials after which a peer that is not a bootstrap peer is given up
 (about a minute of trying with the backoff above)."""
+MAX_CANDIDATE_FAILURES = 2
+"""Failed dials after which a discovered peer that never connected is given up (its
+addresses came from a peer, or from a book that may be out of date)."""
 MAX_CONCURRENT_DIALS = 8
 MAINTENANCE_PERIOD_S = 0.25
 MAX_NEWLY_CONNECTED = 4096
@@ -67,10 +73,13 @@ class _DialTarget:
     Invariant: at most one dial of a target runs at a time (`dialing`).
     """
 
-    def __init__(self, peer_id: ID, *, bootstrap: PeerInfo | None) -> None:
+    def __init__(
+        self, peer_id: ID, *, bootstrap: PeerInfo | None, max_failures: int = MAX_DIAL_FAILURES
+    ) -> None:
         self.peer_id = peer_id
         self.bootstrap = bootstrap
         """The configured address for a bootstrap peer (never given up), else None."""
+        self.max_failures = max_failures
         self.max_delay = BOOTSTRAP_BACKOFF_MAX_S if bootstrap is not None else BACKOFF_MAX_S
         self.delay = BACKOFF_INITIAL_S
         self.next_at = 0.0
@@ -95,14 +104,23 @@ class Redialer:
     def __init__(self, bootstrap: list[PeerInfo], *, mdns: bool) -> None:
         self.bootstrap = bootstrap
         self.mdns = mdns
+        self.dials_attempted = 0
         self.dials_failed = 0
         self.peers_given_up = 0
         self.newly_connected: set[ID] = set()
         """Peers whose connection opened since the last check (see `ConnectionNotes`)."""
+        self.candidates: set[ID] = set()
+        """Discovered peers to dial (addresses already in the peerstore), not yet taken."""
 
     def note_connected(self, peer_id: ID) -> None:
         if len(self.newly_connected) < MAX_NEWLY_CONNECTED:
             self.newly_connected.add(peer_id)
+
+    def add_candidate(self, peer_id: ID) -> None:
+        """Dial `peer_id` (its addresses must be in the peerstore) until it connects or
+        `MAX_CANDIDATE_FAILURES` dials failed. The caller bounds how many it hands over."""
+        if len(self.candidates) < MAX_NEWLY_CONNECTED:
+            self.candidates.add(peer_id)
 
     async def run(self, host: IHost) -> None:
         """Keep bootstrap peers, peers we were connected to and (with `mdns`)
@@ -120,6 +138,12 @@ class Redialer:
                 for pid in (*tuple(connected), *noted):
                     if pid != me and pid not in targets:
                         targets[pid] = _DialTarget(pid, bootstrap=None)
+                candidates, self.candidates = self.candidates, set()
+                for pid in candidates:
+                    if pid != me and pid not in targets:
+                        targets[pid] = _DialTarget(
+                            pid, bootstrap=None, max_failures=MAX_CANDIDATE_FAILURES
+                        )
                 if self.mdns:
                     for pid in host.get_peerstore().peers_with_addrs():
                         if pid != me and pid not in targets:
@@ -130,6 +154,7 @@ class Redialer:
                         if target.failures and target.bootstrap is not None:
                             log.info("bootstrap peer %s is connected again", target.peer_id)
                         target.reset()
+                        target.max_failures = MAX_DIAL_FAILURES
                     elif not target.dialing and now >= target.next_at:
                         target.dialing = True
                         nursery.start_soon(self._dial_target, host, target, targets, limiter)
@@ -145,6 +170,7 @@ class Redialer:
         """One dial of `target`; on failure back off, warn once (bootstrap) or give up."""
         try:
             async with limiter:
+                self.dials_attempted += 1
                 if target.bootstrap is not None:
                     info = target.bootstrap
                 else:
@@ -165,7 +191,7 @@ class Redialer:
                     cause,
                     target.max_delay,
                 )
-        elif target.failures >= MAX_DIAL_FAILURES or not info.addrs:
+        elif target.failures >= target.max_failures or not info.addrs:
             log.info(
                 "giving up on peer %s after %d failed dials (last: %s)",
                 target.peer_id,

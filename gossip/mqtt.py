@@ -41,6 +41,12 @@ Invariants:
   WARNING per distinct cause per outage, a reminder every `_OUTAGE_REPORT_S` while it
   lasts, and one INFO line when connected again (with the outage's length, attempts
   and dropped publishes); never one line per attempt or per dropped publish.
+- TLS and credentials (`gossip.mqtt_connect`): resolved when the transport is built
+  (a bad password file, key or CA raises `ConfigError` there, never in the loop). A
+  broker refusing our credentials, a failed TLS handshake or any other failed attempt
+  is an outage like a broker restart: retried forever with the same backoff, counted
+  by cause (`stats()["connect_failures_by_cause"]`, e.g. `auth_refused`,
+  `tls_failed`), logged once per cause per outage in a sentence naming what to check.
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
 - After `stop`, `receive` raises `ConnectionError` (it never hangs on a dead transport).
 
@@ -70,6 +76,13 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gossip.inbox import Inbox
+from gossip.mqtt_connect import (
+    CONNECT_FAILURE_CAUSES,
+    BrokerClient,
+    broker_credentials,
+    describe_failure,
+    warn_if_password_in_clear,
+)
 from swarm.config.network import MqttTransportConfig
 from swarm.identity import Identity
 from swarm.transport import TransportMessage
@@ -109,6 +122,7 @@ class MqttTransport:
         self.peer_id = identity.peer_id
         self.client_id = f"swarm-{identity.peer_id}-{secrets.token_hex(4)}"
         self._publish_timeout_s = publish_timeout_s
+        self._credentials = broker_credentials(config)  # ConfigError: field and fix
         self._topics: list[str] = []
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
@@ -123,6 +137,8 @@ class MqttTransport:
         self._client_queue_type = _inbox_queue_type(self._offer)
         self.published = 0
         self.reconnects = 0
+        self.connect_failures: Counter[str] = Counter(dict.fromkeys(CONNECT_FAILURE_CAUSES, 0))
+        self._last_failure = ""
 
     # ---- Transport protocol -------------------------------------------------------
 
@@ -148,7 +164,9 @@ class MqttTransport:
         """
         if self._task is not None:
             raise RuntimeError("transport already started")
+        warn_if_password_in_clear(self.config, self._credentials)
         self._stopping = False
+        self._last_failure = ""
         self._inbox = Inbox(
             max_messages=self.config.max_queued_messages,
             max_bytes=self.config.max_queued_bytes,
@@ -162,9 +180,10 @@ class MqttTransport:
                 await asyncio.wait_for(asyncio.shield(self._first_connect), wait_connected_s)
             except TimeoutError:
                 await self.stop()
+                last = f" (last failure: {self._last_failure})" if self._last_failure else ""
                 raise ConnectionError(
-                    f"no MQTT broker answered at {self.config.host}:{self.config.port} "
-                    f"within {wait_connected_s:.0f} s"
+                    f"no connection to the MQTT broker at {self.config.host}:"
+                    f"{self.config.port} within {wait_connected_s:.0f} s{last}"
                 ) from None
 
     async def stop(self) -> None:
@@ -259,7 +278,8 @@ class MqttTransport:
 
         `dropped_outgoing_by_reason`: publishes not delivered to the broker
         (`disconnected`, `connection_lost`, `publish_failed`); `reconnects`: connection
-        attempts after the first (failed ones included); `connected`: now.
+        attempts after the first (failed ones included); `connect_failures_by_cause`:
+        failed attempts and lost connections by cause; `connected`: now.
         """
         inbox = self._inbox
         return {
@@ -272,6 +292,7 @@ class MqttTransport:
             "queued_bytes": inbox.queued_bytes if inbox is not None else 0,
             "peak_queued_bytes": inbox.peak_bytes if inbox is not None else 0,
             "reconnects": self.reconnects,
+            "connect_failures_by_cause": dict(self.connect_failures),
             "connected": self.connected,
         }
 
@@ -298,18 +319,24 @@ class MqttTransport:
     async def _connection_loop(self) -> None:
         delay = _BACKOFF_INITIAL_S
         outage = _Outage(f"{self.config.host}:{self.config.port}")
+        credentials = self._credentials
         while not self._stopping:
+            accepted = False
             try:
-                async with aiomqtt.Client(
+                async with BrokerClient(
                     self.config.host,
                     self.config.port,
                     identifier=self.client_id,
+                    username=credentials.username,
+                    password=credentials.password,
+                    tls_context=credentials.tls_context,
                     protocol=aiomqtt.ProtocolVersion.V5,
                     queue_type=self._client_queue_type,
                     properties=self._connect_properties(),
                     timeout=_CONNECT_TIMEOUT_S,
                     keepalive=30,
                 ) as client:
+                    accepted = True
                     done: set[str] = set()
                     while pending := [t for t in self._topics if t not in done]:
                         for topic in pending:
@@ -328,7 +355,11 @@ class MqttTransport:
             except _NETWORK_ERRORS as exc:
                 if self._stopping:
                     break
-                outage.failed(exc, delay, self._dropped_total())
+                cause, self._last_failure = describe_failure(
+                    exc, connected=accepted, tls=credentials.tls_context is not None
+                )
+                self.connect_failures[cause] += 1
+                outage.failed(self._last_failure, delay, self._dropped_total())
             finally:
                 self._connected.clear()
                 self._client = None
@@ -371,16 +402,15 @@ class _Outage:
         self.causes: set[str] = set()
         self.reported = 0.0
 
-    def failed(self, exc: BaseException, delay: float, dropped: int) -> None:
+    def failed(self, cause: str, delay: float, dropped: int) -> None:
         now = time.monotonic()
         if self.started is None:
             self.started, self.reported, self.dropped_before = now, now, dropped
         self.attempts += 1
-        cause = f"{type(exc).__name__}: {exc}"
         if cause not in self.causes and len(self.causes) < _MAX_CAUSES_LOGGED:
             self.causes.add(cause)
             log.warning(
-                "MQTT broker %s unavailable (%s); reconnecting with backoff up to %.0f s, "
+                "MQTT broker %s unavailable: %s; reconnecting with backoff up to %.0f s, "
                 "publishes are dropped and counted meanwhile",
                 self.broker,
                 cause,

@@ -34,7 +34,7 @@ def apply_overrides(
 
 
 def build_gossip(config: NodeConfig, identity: Identity) -> Gossip:
-    transport = make_transport(config.transport, identity)
+    transport = make_transport(config.transport, identity, data_dir=config.node.data_dir)
     return Gossip(transport, identity, config.node.swarm_id, config.gossip, WallClock())
 
 

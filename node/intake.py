@@ -126,16 +126,22 @@ class Intake:
                         timeout_s, count, len(self.peers))  # fmt: skip
 
     def peer_rows(self) -> list[dict[str, Any]]:
-        """The peer table (`node.peer_table`): a peer is `direct` while we hold a connection
-        to it, else `relayed` (its messages reach us through other peers or a broker)."""
-        connected = set(self.gossip.transport.connected_peers())
+        """The peer table (`node.peer_table`): a peer is `direct` while we hold a direct
+        connection to it, else `relayed` (a `/p2p-circuit` connection through a relay, or
+        its messages reach us through other peers or a broker)."""
+        transport = self.gossip.transport
+        links_of = getattr(transport, "peer_links", None)  # libp2p tells relayed links apart
+        links = (
+            links_of() if links_of is not None
+            else dict.fromkeys(transport.connected_peers(), "direct")
+        )  # fmt: skip
         scores = self.gossip.scores
         return peer_rows(
             self.peers,
             now=self.clock.now(),
             score=scores.score,
             ignored=scores.is_ignored,
-            link=lambda peer: "direct" if peer in connected else "relayed",
+            link=lambda peer: links.get(peer, "relayed"),
         )
 
     def sender_version(self, sender: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -37,11 +38,51 @@ class Libp2pTransportConfig(StrictModel):
     messages too); the newest are dropped and counted beyond it. Under pressure no origin
     peer keeps more than a quarter of it. GossipSub's cache of recent messages (answers
     to peers' IWANT requests) is bounded by the same number of bytes."""
+    peer_exchange: bool = True
+    """Find the rest of the swarm from any one peer: ask each new peer (and, while below
+    `target_peers`, a random peer every `exchange_interval_s`) for the peers it is
+    connected to over `/swarm/peers/1`, and dial those we do not know (see
+    `gossip.peer_exchange`). Off: only `bootstrap`, the peer book and mDNS find peers."""
+    peer_book: bool = True
+    """Remember the peers we were connected to in `<data_dir>/peer_book.json` and dial
+    them at start, so a restarted node rejoins when its bootstrap peers are gone."""
+    target_peers: int = Field(8, ge=1, le=1024)
+    """Discovered and remembered peers are dialed while fewer than this many are
+    connected (bootstrap peers are always dialed; peers may still dial us)."""
+    max_peers: int = Field(64, ge=2, le=4096)
+    """Hard cap on open connections, inbound and outbound together: beyond it the host
+    refuses new connections."""
+    exchange_interval_s: float = Field(10.0, gt=0, le=3600)
+    """How often a node below `target_peers` asks one random peer for its peers."""
+
+    nat_traversal: bool = True
+    """Learn whether peers can dial us (AutoNAT); when they cannot, reserve a slot on
+    connected relays so peers reach us through `/p2p-circuit`, dial peers we only hear
+    through gossip via a relay, and upgrade relayed connections to direct ones by hole
+    punching (DCUtR). Off: only direct TCP connections (and GossipSub hops)."""
+    relay: bool = False
+    """Relay connections for NATed peers (circuit relay v2 hop; each circuit at most 1 h
+    and 1 GiB, 64 at once). Only useful on a publicly reachable node; costs bandwidth."""
 
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
         return _check_multiaddr(v)
+
+    @model_validator(mode="after")
+    def _peer_counts(self) -> Libp2pTransportConfig:
+        if self.max_peers < self.target_peers:
+            raise ValueError("max_peers must be >= target_peers")
+        return self
+
+    @model_validator(mode="after")
+    def _relay_needs_traversal(self) -> Libp2pTransportConfig:
+        if self.relay and not self.nat_traversal:
+            raise ValueError(
+                "transport.relay = true needs transport.nat_traversal = true "
+                "(the relay service is part of it); set both, or relay = false"
+            )
+        return self
 
     @field_validator("bootstrap")
     @classmethod
@@ -53,12 +94,67 @@ class Libp2pTransportConfig(StrictModel):
         return v
 
 
+def _check_file(value: Path | None, what: str) -> Path | None:
+    if value is not None and not value.expanduser().is_file():
+        raise ValueError(f"{what} {str(value)!r} is not a file on this machine: fix the path")
+    return value
+
+
+class MqttTlsConfig(StrictModel):
+    enabled: bool = False
+    """Connect over TLS, checking the broker's certificate (a TLS listener, usually port
+    8883). Use it for any broker not on this machine, and always when sending a password."""
+    ca_file: Path | None = None
+    """PEM file of the CA that signed the broker's certificate (a private CA or a
+    self-signed broker). Unset: the system's trusted CAs. The certificate must name
+    `transport.host` (DNS name or IP address in its subjectAltName)."""
+    cert_file: Path | None = None
+    """Client certificate (PEM) for brokers that require one (mosquitto
+    `require_certificate true`); set key_file with it."""
+    key_file: Path | None = None
+    """Unencrypted PEM private key of cert_file (keep it mode 0600)."""
+
+    @field_validator("ca_file", "cert_file", "key_file")
+    @classmethod
+    def _exists(cls, v: Path | None) -> Path | None:
+        return _check_file(v, "file")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MqttTlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            given = "cert_file" if self.key_file is None else "key_file"
+            missing = "key_file" if self.key_file is None else "cert_file"
+            raise ValueError(
+                f"{given} is set without {missing}: a client certificate needs both "
+                "(one PEM file holding the certificate and its key may be given as both)"
+            )
+        files = [n for n in ("ca_file", "cert_file", "key_file") if getattr(self, n) is not None]
+        if files and not self.enabled:
+            raise ValueError(
+                f"{', '.join(files)} set but enabled = false: set enabled = true to use TLS "
+                "(or remove them)"
+            )
+        return self
+
+
 class MqttTransportConfig(StrictModel):
     type: Literal["mqtt"] = "mqtt"
     host: str = "127.0.0.1"
     """MQTT broker host (the broker only relays; every message is signed end to end)."""
     port: int = Field(1883, ge=1, le=65535)
-    """MQTT broker port."""
+    """MQTT broker port (brokers usually listen for TLS on 8883)."""
+    tls: MqttTlsConfig = MqttTlsConfig()
+    """TLS to the broker: its certificate checked against a CA; an optional client
+    certificate."""
+    username: str | None = Field(None, min_length=1)
+    """User name sent to the broker (e.g. a user of mosquitto's `password_file`).
+    Unset: connect anonymously."""
+    password_file: Path | None = None
+    """File whose first line is the broker password for `username` (keep it mode 0600).
+    Passwords are never written in this config: use this or password_env."""
+    password_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Name of an environment variable holding the broker password for `username` (e.g.
+    SWARM_MQTT_PASSWORD), read when the node starts."""
     max_message_bytes: int = Field(ONE_MIB, ge=16 * 1024, le=256 * ONE_MIB)
     """Largest MQTT publish sent; gossip chunks anything larger."""
     max_queued_messages: int = Field(1024, ge=1)
@@ -66,6 +162,19 @@ class MqttTransportConfig(StrictModel):
     max_queued_bytes: int = Field(64 * ONE_MIB, ge=ONE_MIB)
     """Memory bound on received messages waiting for the node to read them; the newest
     are dropped and counted beyond it."""
+
+    @field_validator("password_file")
+    @classmethod
+    def _password_file(cls, v: Path | None) -> Path | None:
+        return _check_file(v, "password file")
+
+    @model_validator(mode="after")
+    def _credentials(self) -> MqttTransportConfig:
+        if self.password_file is not None and self.password_env is not None:
+            raise ValueError("password_file and password_env are both set: keep one")
+        if self.username is None and (self.password_file or self.password_env):
+            raise ValueError("a password is configured without username: set username too")
+        return self
 
 
 class MemoryTransportConfig(StrictModel):

@@ -2,7 +2,9 @@
 
     python tests/gossip/peer_process.py --transport libp2p|mqtt --mode send|recv|relay
         [--listen MULTIADDR] [--bootstrap MULTIADDR ...] [--mqtt-host H --mqtt-port P]
-        [--seed HEX] [--count N --size BYTES --wait-mesh K] [--expect N] [--raw]
+        [--seed HEX] [--count N --size BYTES --wait-mesh K] [--expect N] [--raw] [--light]
+        [--no-peer-exchange] [--target-peers N] [--exchange-interval S]
+        [--peer-book PATH] [--hostile-exchange oversize|garbage]
 
 It starts a transport and, unless `--raw`, the gossip layer on top (signed envelopes,
 chunking above the transport's message size), subscribes to one topic, and speaks JSON
@@ -96,6 +98,17 @@ async def run_until_done(tasks: list[asyncio.Task[Any]], done: asyncio.Event) ->
         await asyncio.gather(*tasks, done_wait, return_exceptions=True)
 
 
+def play_hostile_exchange(kind: str) -> None:
+    """Make this process answer `/swarm/peers/1` with junk (it is its own process)."""
+    import gossip.peer_exchange as px
+
+    junk = {
+        "oversize": lambda peers: b"\x91" + b"\xa1x" * (px.MAX_REPLY_BYTES // 2 + 100),
+        "garbage": lambda peers: b"\xc1not msgpack at all",
+    }[kind]
+    px.encode_reply = junk  # type: ignore[assignment]
+
+
 def bench_gossip_config() -> GossipConfig:
     """Gossip limits loose enough for bulk tests and benchmarks (no rate-limit drops)."""
     return GossipConfig(rate_limit_per_s=1e6, rate_burst=1_000_000)
@@ -129,8 +142,14 @@ class Peer:
                 bootstrap=args.bootstrap,
                 heartbeat_interval_s=args.heartbeat,
                 max_message_bytes=args.max_message_bytes,
+                peer_exchange=not args.no_peer_exchange,
+                target_peers=args.target_peers,
+                exchange_interval_s=args.exchange_interval,
             )
-            return Libp2pTransport(config, self.identity)
+            if args.hostile_exchange:
+                play_hostile_exchange(args.hostile_exchange)
+            book = Path(args.peer_book) if args.peer_book else None
+            return Libp2pTransport(config, self.identity, peer_book_path=book)
         from gossip.mqtt import MqttTransport
 
         return MqttTransport(
@@ -179,8 +198,11 @@ class Peer:
     async def send(self, count: int, size: int, start: int) -> None:
         async with self._send_lock:
             t0 = time.perf_counter()
+            # --light: one random payload per burst (the index still makes each packet
+            # distinct), so a benchmark times the gossip layer, not os.urandom.
+            shared = os.urandom(size) if self.args.light else b""
             for i in range(start, start + count):
-                tensors = os.urandom(size)
+                tensors = shared or os.urandom(size)
                 packet = DeltaPacket(FAMILY, i, "raw", tensors)
                 if self.gossip is not None:
                     await self.gossip.publish(self.topic, packet, self.round)
@@ -194,7 +216,8 @@ class Peer:
                         payload=encode_payload(packet),
                     )
                     await self.transport.publish(self.topic, envelope.encode())
-                emit("sent", index=i, sha256=hashlib.sha256(tensors).hexdigest(), size=size)
+                digest = "" if self.args.light else hashlib.sha256(tensors).hexdigest()
+                emit("sent", index=i, sha256=digest, size=size)
             emit("burst", count=count, size=size, seconds=time.perf_counter() - t0)
 
     async def _receive_loop(self) -> None:
@@ -218,7 +241,7 @@ class Peer:
                 sender=sender,
                 via=via,
                 index=packet.base_version,
-                sha256=hashlib.sha256(packet.tensors).hexdigest(),
+                sha256="" if self.args.light else hashlib.sha256(packet.tensors).hexdigest(),
                 size=len(packet.tensors),
                 t=time.time(),
             )
@@ -269,6 +292,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--expect", type=int, default=0)
     p.add_argument("--heartbeat", type=float, default=0.5)
     p.add_argument("--raw", action="store_true", help="bypass the gossip layer")
+    p.add_argument(
+        "--light",
+        action="store_true",
+        help="benchmarks: one random payload per burst, no sha256 of payloads in events",
+    )
+    p.add_argument("--no-peer-exchange", action="store_true", help="libp2p: bootstrap only")
+    p.add_argument("--target-peers", type=int, default=8)
+    p.add_argument("--exchange-interval", type=float, default=10.0)
+    p.add_argument("--peer-book", default="", help="libp2p: peer book file (default: none)")
+    p.add_argument("--hostile-exchange", choices=("oversize", "garbage"), default="")
     p.add_argument(
         "--max-message-bytes",
         type=int,

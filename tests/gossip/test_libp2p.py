@@ -61,11 +61,13 @@ def assert_same_payloads(sent: list[dict], received: list[dict]) -> None:
 
 @pytest.mark.slow
 def test_line_topology_delivers_multi_hop_both_ways_with_true_sender(spawn_peer: Any) -> None:
-    b = libp2p_peer(spawn_peer, "B", "--listen", LOCAL).ready()
+    # Peer exchange off: A and C would otherwise find each other through B.
+    line = ("--listen", LOCAL, "--no-peer-exchange")
+    b = libp2p_peer(spawn_peer, "B", *line).ready()
     assert b.addrs and b.addrs[0].endswith(f"/p2p/{b.peer_id}")
     assert "/tcp/0/" not in b.addrs[0], "listen_addrs must carry the real port"
-    a = libp2p_peer(spawn_peer, "A", "--listen", LOCAL, "--bootstrap", b.addrs[0])
-    c = libp2p_peer(spawn_peer, "C", "--listen", LOCAL, "--bootstrap", b.addrs[0])
+    a = libp2p_peer(spawn_peer, "A", *line, "--bootstrap", b.addrs[0])
+    c = libp2p_peer(spawn_peer, "C", *line, "--bootstrap", b.addrs[0])
     a.ready()
     c.ready()
     wait_mesh(b, a.peer_id, c.peer_id)
@@ -100,6 +102,8 @@ def test_line_topology_delivers_multi_hop_both_ways_with_true_sender(spawn_peer:
     assert stats["transport"]["dropped_incoming"] == 0
     assert stats["transport"]["outbound_refused"] == 0
     assert stats["gossip"]["dropped"].get("own", 0) == 0, "own publishes came back"
+    # Both ends offer meshsub 1.2 (IDONTWANT) first: that is what C and B agreed on.
+    assert stats["transport"]["meshsub_peers"] == {"/meshsub/1.2.0": 1}
 
 
 @pytest.mark.slow

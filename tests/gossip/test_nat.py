@@ -1,0 +1,89 @@
+"""Pure parts of `gossip.nat`: reachability verdicts, who dials a circuit, the AutoNAT
+server's dial-back targets, relayed-link detection, and the config rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import multiaddr
+import pytest
+from libp2p.connection_types import ConnectionType
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from pydantic import ValidationError
+
+from gossip.nat import (
+    PRIVATE,
+    PUBLIC,
+    UNKNOWN,
+    _DialBackAutoNAT,
+    dials_circuit,
+    is_relayed,
+    peer_links,
+    reachability_of,
+)
+from swarm.config.network import Libp2pTransportConfig
+
+
+def _id() -> ID:
+    return ID.from_pubkey(create_new_key_pair().public_key)
+
+
+def test_reachability_needs_one_verdict_and_any_success_wins() -> None:
+    a, b = _id(), _id()
+    assert reachability_of({}) == UNKNOWN
+    assert reachability_of({a: False}) == PRIVATE
+    assert reachability_of({a: False, b: True}) == PUBLIC
+
+
+def test_only_the_smaller_private_peer_dials_the_circuit() -> None:
+    assert dials_circuit("A", "B", PRIVATE)
+    assert not dials_circuit("B", "A", PRIVATE)
+    assert dials_circuit("B", "A", PUBLIC) and dials_circuit("B", "A", UNKNOWN)
+
+
+def test_dial_back_targets_the_observed_ip_at_advertised_ports() -> None:
+    advertised = [
+        multiaddr.Multiaddr(a).to_bytes()
+        for a in ("/ip4/192.168.1.2/tcp/4001", "/ip4/0.0.0.0/tcp/4001", "/ip4/10.0.0.5/tcp/5000")
+    ]
+    out = [str(multiaddr.Multiaddr(raw)) for raw in _DialBackAutoNAT._filter_by_observed_ip(
+        [*advertised, b"\xff garbage"], "10.77.1.1")]  # fmt: skip
+    assert out == ["/ip4/10.77.1.1/tcp/4001", "/ip4/10.77.1.1/tcp/5000"]
+    assert _DialBackAutoNAT._filter_by_observed_ip(advertised, None) == []
+
+
+@dataclass
+class _Conn:
+    addrs: list[str]
+    kind: ConnectionType = ConnectionType.UNKNOWN
+
+    def get_connection_type(self) -> ConnectionType:
+        return self.kind
+
+    def get_transport_addresses(self) -> list[multiaddr.Multiaddr]:
+        return [multiaddr.Multiaddr(a) for a in self.addrs]
+
+
+@dataclass
+class _Host:
+    connections: dict[ID, list[_Conn]] = field(default_factory=dict)
+
+    def get_network(self) -> _Host:
+        return self
+
+
+def test_a_peer_is_relayed_only_while_every_connection_is_a_circuit() -> None:
+    relay, peer, other = _id(), _id(), _id()
+    circuit = _Conn([f"/p2p/{relay}/p2p-circuit/p2p/{peer}"])
+    tagged = _Conn([], ConnectionType.RELAYED)
+    tcp = _Conn(["/ip4/10.77.2.1/tcp/4001"])
+    assert is_relayed(circuit) and is_relayed(tagged) and not is_relayed(tcp)
+    host = _Host({peer: [circuit], other: [tagged, tcp]})
+    assert peer_links(host) == {peer.to_base58(): "relayed", other.to_base58(): "direct"}  # type: ignore[arg-type]
+
+
+def test_relay_without_nat_traversal_is_refused_naming_the_fix() -> None:
+    assert Libp2pTransportConfig(relay=True).relay
+    with pytest.raises(ValidationError, match="nat_traversal = true"):
+        Libp2pTransportConfig(relay=True, nat_traversal=False)

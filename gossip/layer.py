@@ -43,8 +43,6 @@ Invariants:
   once per cause (again only after `PUBLISH_LOG_EVERY_S` of the same cause), and the
   message is dropped (GossipSub and MQTT are best-effort; the next round publishes
   anew). Errors that are our own bugs (`ValueError`, `RuntimeError`) still raise.
-  Chunks of one message are published `PUBLISH_WINDOW` at a time, concurrently; the
-  first window with a failed chunk ends the message (the rest is not sent).
 - Time comes only from the injected `Clock` (rate limits, reassembly expiry).
 - Every wire message this layer publishes is at most `transport.max_message_bytes`:
   anything larger is sent as chunks whose envelopes are sized with the exact overhead
@@ -102,8 +100,6 @@ MIN_CHUNK_DATA = 64
 """A transport whose messages cannot carry this much chunk data is refused."""
 MAX_SEQ = 2**63 - 1
 PUBLISH_LOG_EVERY_S = 60.0
-PUBLISH_WINDOW = 8
-"""Chunks of one message handed to the transport concurrently."""
 """A repeated publish failure of the same cause is logged at most this often."""
 MAX_PAYLOAD_STR_BYTES = 4 * MAX_TEXT_CHARS
 """Longest msgpack str in a payload: a text field of MAX_TEXT_CHARS in worst-case UTF-8."""
@@ -254,23 +250,15 @@ class Gossip:
                 for chunk in split(data, self.chunk_data_bytes)
             ]
         sent = 0
-        # Up to PUBLISH_WINDOW chunks in flight at once: a transport whose publish waits
-        # for an acknowledgement (MQTT QoS 1's PUBACK) overlaps the round trips instead
-        # of paying one per chunk. Reassembly takes chunks in any order.
-        for start in range(0, len(wires), PUBLISH_WINDOW):
-            batch = wires[start : start + PUBLISH_WINDOW]
-            outcomes = await asyncio.gather(
-                *(self.transport.publish(topic, wire) for wire in batch), return_exceptions=True
-            )
-            for wire, outcome in zip(batch, outcomes, strict=True):
-                if isinstance(outcome, (ConnectionError, OSError, TimeoutError)):
-                    self._publish_failed(message.KIND, outcome)
-                    return 0
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                sent += len(wire)
-                self.counters.bytes_out += len(wire)
-                self.counters.messages_out += 1
+        for wire in wires:
+            try:
+                await self.transport.publish(topic, wire)
+            except (ConnectionError, OSError, TimeoutError) as exc:
+                self._publish_failed(message.KIND, exc)
+                return 0
+            sent += len(wire)
+            self.counters.bytes_out += len(wire)
+            self.counters.messages_out += 1
         self.counters.published[message.KIND] += 1
         return sent
 

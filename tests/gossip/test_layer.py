@@ -232,6 +232,37 @@ def test_8mb_delta_travels_in_chunks_and_arrives_intact(swarm: Swarm) -> None:
     run(main())
 
 
+def test_receive_lets_other_tasks_run_between_queued_messages(swarm: Swarm) -> None:
+    """A backlog in the inbox is handed over without suspending; `receive` must still
+    yield between messages, or the node's other tasks starve while a burst is judged."""
+
+    async def main() -> None:
+        a = await swarm.node(1)
+        b = await swarm.node(2)
+        for _ in range(20):
+            await a.publish(PEERS, HELLO, 1)
+        assert memory(b).pending() == 20
+        turns = 0
+        stop = asyncio.Event()
+
+        async def other_task() -> None:
+            nonlocal turns
+            while not stop.is_set():
+                turns += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(other_task())
+        await asyncio.sleep(0)  # the ticker starts
+        before = turns
+        for _ in range(20):
+            await b.receive()
+        stop.set()
+        await ticker
+        assert turns - before >= 19  # one turn per message at least, not one per backlog
+
+    run(main())
+
+
 def test_publish_refuses_local_mistakes(swarm: Swarm) -> None:
     async def main() -> None:
         config = GossipConfig(max_envelope_bytes=64 * KIB)

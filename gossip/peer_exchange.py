@@ -86,7 +86,7 @@ BOOK_NEW_PEER_SAVE_S = 2.0
 _MAX_REMEMBERED = 4096
 _LOG_REPEAT_S = 600.0
 
-QUERY_FAIL_REASONS = ("timeout", "stream_error")
+QUERY_FAIL_REASONS = ("timeout", "stream_error", "no_answer")
 SERVE_REFUSE_REASONS = ("rate_limited", "busy", "write_failed")
 
 
@@ -308,6 +308,11 @@ class PeerExchange:
             return
         finally:
             self._queries_in_flight -= 1
+        if not data:
+            # A peer that refuses (busy, or asked again too soon) resets the stream, which
+            # reads here as an empty reply: a refusal, not a malformed answer.
+            self.query_failed["no_answer"] += 1
+            return
         self._take_reply(host, pid, data)
 
     def _take_reply(self, host: IHost, pid: ID, data: bytes) -> None:

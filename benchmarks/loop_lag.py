@@ -118,7 +118,7 @@ def main() -> None:
         f"(chunked at 1 MiB), 1 ms probe"
     )
     print(f"| {'reader':<26} | {'p50 ms':>7} | {'p99 ms':>7} | {'max ms':>7} | {'MB/s':>6} |")
-    print(f"|{'-' * 26}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 8}|")
+    print(f"|{'-' * 28}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 8}|")
     for label, reader in (
         ("tight accept loop (before)", tight_reader),
         ("Gossip.receive (node)", product_reader),

@@ -1,7 +1,7 @@
 """A node's own rollouts for each round, sampled in the round or ahead of it.
 
 Invariants:
-- Round r's groups use the task stream's next `local_groups` references and a seed
+- Round r's groups use the task stream's next `sapo.groups_sampled` (S) references and a seed
   distinct per node and round (`round_seed`), whether sampled in round r or ahead.
 - With overlap (`Learner.sample_overlap`, from `sampler.overlap`), round r+1's groups
   are sampled (in a worker thread) while round r trains: they come from the weights of
@@ -48,7 +48,7 @@ class OwnSamples:
         return bool(getattr(self.learner(), "sample_overlap", False))
 
     def _start(self, round_index: int) -> Awaitable[SampleResult]:
-        refs = self.tasks.next_refs(self.config.sapo.local_groups)
+        refs = self.tasks.next_refs(self.config.sapo.groups_sampled)
         seed = round_seed(self.config, round_index)
         return self.offload(self.learner().sample, refs, seed)
 

@@ -12,17 +12,24 @@ Invariants:
   version is within `max_version_lag` of what its sender currently runs (the caller
   passes `sender_version`, read from the sender's newest envelope). `evict_stale`
   removes every entry that is no longer usable; `select` only draws usable ones.
-- `select` draws without replacement, uniformly at random from a seeded RNG, with at most
-  `per_sender_cap` entries per sender; a drawn entry leaves the pool (used once).
+- `select` draws without replacement, with at most `per_sender_cap` entries per sender;
+  a drawn entry leaves the pool (used once). `selection = "uniform"`: uniformly at random
+  from a seeded RNG. `"signal"`: highest expected learning signal first
+  (`node.selection.select_by_signal`: reward spread times the task's novelty against
+  what this node trained in its last `novelty_window` rounds, `trained` plus earlier
+  selections), ties in the same seeded random order. The memory of recent tasks is not
+  checkpointed (after a restart every task is novel again).
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
+from node.selection import RecentTasks, select_by_signal
 from swarm.messages import RolloutGroup
 from swarm.staleness import StalenessRule, age, version_lag
 
@@ -50,6 +57,8 @@ class RolloutPool:
     rule: StalenessRule
     per_sender_cap: int
     seed: int = 0
+    selection: Literal["uniform", "signal"] = "uniform"
+    novelty_window: int = 8
     entries: list[PoolEntry] = field(default_factory=list)
     bytes_held: int = 0
     evicted: Counter = field(default_factory=Counter)
@@ -57,7 +66,11 @@ class RolloutPool:
     _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.selection not in ("uniform", "signal"):
+            raise ValueError(f"selection must be 'uniform' or 'signal', not {self.selection!r}")
         self._rng = random.Random(self.seed)
+        self.recent = RecentTasks(self.novelty_window)
+        """Tasks (prompts) this node trained lately, for `signal` selection."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -120,23 +133,41 @@ class RolloutPool:
         return len(stale)
 
     def select(
-        self, count: int, own_round: int, sender_version: SenderVersion, now: float
+        self,
+        count: int,
+        own_round: int,
+        sender_version: SenderVersion,
+        now: float,
+        trained: Sequence[str] = (),
     ) -> list[PoolEntry]:
-        """Draw up to `count` usable entries, at most `per_sender_cap` per sender."""
+        """Draw up to `count` usable entries, at most `per_sender_cap` per sender.
+        `trained`: prompts of this round's own training batch (recent tasks for `signal`
+        selection; the chosen entries' prompts are noted too)."""
         self.evict_stale(own_round, sender_version, now)
+        self.recent.note(own_round, trained)
         candidates = list(self.entries)
         self._rng.shuffle(candidates)
         chosen: list[PoolEntry] = []
-        per_sender: Counter = Counter()
-        for entry in candidates:
-            if len(chosen) >= count:
-                break
-            if per_sender[entry.sender] >= self.per_sender_cap:
-                continue
-            per_sender[entry.sender] += 1
-            chosen.append(entry)
+        if self.selection == "signal":
+            picked = select_by_signal(
+                [(e.sender, e.group.prompt, e.rewards) for e in candidates],
+                count,
+                self.per_sender_cap,
+                self.recent.counts(own_round),
+            )
+            chosen = [candidates[i] for i in picked]
+        else:
+            per_sender: Counter = Counter()
+            for entry in candidates:
+                if len(chosen) >= count:
+                    break
+                if per_sender[entry.sender] >= self.per_sender_cap:
+                    continue
+                per_sender[entry.sender] += 1
+                chosen.append(entry)
         for entry in chosen:
             self._remove(entry)
+        self.recent.note(own_round, [e.group.prompt for e in chosen])
         return chosen
 
     @staticmethod

@@ -53,6 +53,7 @@ from node.own_samples import OwnSamples
 from node.peer_table import OwnProgress
 from node.pool import RolloutPool
 from node.round_outputs import RoundOutputs
+from node.selection import training_batch
 from node.supervise import supervise
 from node.workers import InlineRescorer, Rescorer
 from rewards.mixture import TaskStream
@@ -118,6 +119,8 @@ class Node:
             rule=self.staleness,
             per_sender_cap=sapo.per_sender_cap,
             seed=config.tasks.seed,
+            selection=sapo.external_selection,
+            novelty_window=sapo.novelty_window,
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
         self.progress = OwnProgress()
@@ -382,12 +385,13 @@ class Node:
 
         try:
             own_round = self.rounds_done
-            chosen = (
-                self.pool.select(
-                    sapo.external_groups, own_round, self.intake.sender_version, self.clock.now()
-                )
-                if sapo.external_groups
-                else []
+            local = training_batch(sampled.groups, sapo.local_groups)  # S > I: dynamic sampling
+            chosen = self.pool.select(  # J = 0: none
+                sapo.external_groups,
+                own_round,
+                self.intake.sender_version,
+                self.clock.now(),
+                [g.prompt for g in local],
             )
             # At selection: the round's training lets senders move on meanwhile.
             chosen_ages = self.pool.ages_of(chosen, own_round)
@@ -406,7 +410,7 @@ class Node:
             more = self.last_round is None or self.rounds_done + 1 < self.last_round
             if more and not self.stop_requested.is_set():
                 self.own_samples.sample_ahead(self.rounds_done + 1)  # with sampler.overlap
-            trained = await self.offload(self.learner.train, sampled.groups, external)
+            trained = await self.offload(self.learner.train, local, external)
             deltas_record = None
             delta_start = self.timer()
             if self._deltas_topic is not None:

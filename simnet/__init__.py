@@ -5,9 +5,11 @@ Public API (import from the modules; this package init imports nothing):
 - `simnet.runs`: `run_scenario(scenario_or_path, out_dir, progress)`.
 - `simnet.engine`: `Simulation` (one run: `probe`, `run`, `summary`); `simnet.sim_nodes`:
   `Progress`, `TimedLearner`.
-- `simnet.report`: `write_report(dir)`, `load_runs`, `table_rows`.
+- `simnet.report`: `write_report(dir)`, `load_runs`, `table_rows`, `control_rows`;
+  `simnet.stats`: `paired_ratio_interval` (paired ratios with a 95% t-interval).
 - `simnet.network`: `LinkModel`, `SimNetwork`, `mesh_topology`; `simnet.clock`:
-  `Scheduler`, `VirtualClock`, `Process`, `run_now`; `simnet.stub`: `StubLearner`.
+  `Scheduler`, `VirtualClock`, `Process`, `run_now`; `simnet.stub`: `StubLearner` (rules
+  `count` and `competence`).
 
 Invariant: nothing in node/, gossip/, policy/, rewards/ or swarm/ imports simnet.
 """

@@ -69,7 +69,7 @@ from simnet.sim_nodes import (
     derive_bytes,
     fewer_young_gc_passes,
 )
-from simnet.stub import StubLearner
+from simnet.stub import StubLearner, competence_of
 from swarm.config import parse_config
 from swarm.identity import Identity
 from swarm.messages import Hello
@@ -155,6 +155,7 @@ class Simulation:
                 config.rewards,
                 plan.group.stub.skill,
                 plan.group.stub.rate,
+                competence=competence_of(plan.group.stub),
             )
         from node.policy_learner import PolicyLearner  # torch: only for real models
 

@@ -6,13 +6,18 @@ panel per configuration), `cumulative_reward.png` (cumulative reward per configu
 mean over seeds with the min-max spread, and per-seed points) and `report.md` (the table).
 
 Invariants:
-- Read-only over the runs; writes only the three report files.
+- Read-only over the runs; writes only the three report files (and `paired_ratios.png`
+  when there are silo controls).
 - A node's reward in round r is its `mean_local_reward` (its own samples); a round redone
   after a crash counts once (its last record). Cumulative reward of a run is the sum over
   rounds, averaged over the run's nodes; a configuration's is the mean over its seeds.
 - Configurations appear in the order of `<directory>/summary.json` when present (the
   scenario's order), else in order of first appearance by path.
 - matplotlib is imported only here, with the non-interactive Agg backend.
+- Controls: every configuration whose nodes all train on no external group (J = 0) is a
+  silo control; each configuration is compared with each control seed by seed (paired
+  ratios of cumulative reward) and summarised by the geometric mean with a 95%
+  t-interval (`simnet.stats.paired_ratio_interval`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from node.metrics import read_metrics
+from simnet.stats import paired_ratio_interval, paired_ratios
 from swarm.errors import ConfigError
 
 REPORT_FILES = ("reward_per_round.png", "cumulative_reward.png", "report.md")
+PAIRED_FILE = "paired_ratios.png"
+"""Written too when the runs include silo controls (J = 0)."""
 
 
 @dataclass
@@ -41,6 +49,9 @@ class NodeRun:
     external: list[int]
     trained: list[int | None]
     """Informative (non-zero-variance) groups trained per round, local + external."""
+    sampled: float = 0.0
+    """Own groups sampled per round, mean (S: more than `local_groups` when the node
+    samples dynamically)."""
 
 
 @dataclass
@@ -71,14 +82,16 @@ def _trained(record: dict[str, Any]) -> int | None:
 
 def _per_round(
     records: list[dict[str, Any]],
-) -> tuple[list[float | None], list[int], list[int | None]]:
+) -> tuple[list[float | None], list[int], list[int | None], float]:
     by_round: dict[int, dict[str, Any]] = {}
     for record in records:
         by_round[int(record["round"])] = record  # a redone round: the last record wins
     rounds = [by_round[r] for r in sorted(by_round)]
     rewards = [r.get("mean_local_reward") for r in rounds]
     external = [int(r.get("external_groups", 0)) for r in rounds]
-    return rewards, external, [_trained(r) for r in rounds]
+    sampled = [int(r.get("local_groups", 0)) for r in rounds]
+    mean_sampled = statistics.fmean(sampled) if sampled else 0.0
+    return rewards, external, [_trained(r) for r in rounds], mean_sampled
 
 
 def load_runs(directory: Path) -> list[RunData]:
@@ -91,7 +104,7 @@ def load_runs(directory: Path) -> list[RunData]:
         summary = json.loads(path.read_text())
         run = RunData(path.parent, str(summary["label"]), int(summary["seed"]), summary)
         for node in summary["nodes"]:
-            rewards, external, trained = _per_round(
+            rewards, external, trained, sampled = _per_round(
                 read_metrics(path.parent / node["name"] / "metrics.jsonl")
             )
             run.nodes.append(
@@ -104,6 +117,7 @@ def load_runs(directory: Path) -> list[RunData]:
                     rewards,
                     external,
                     trained,
+                    sampled,
                 )
             )
         runs.append(run)
@@ -172,7 +186,7 @@ def table_rows(runs: list[RunData]) -> list[dict[str, Any]]:
         mean = statistics.fmean(totals)
         baseline = mean if baseline is None else baseline
         nodes = group[0].nodes
-        mixes = sorted({f"{n.local_groups}/{n.external_groups}" for n in nodes})
+        mixes = sorted({_mix(n) for n in nodes})
         models = sorted({n.model for n in nodes})
         finals = [r.summary.get("final_reward") for r in group]
         finals = [f for f in finals if f is not None]
@@ -202,6 +216,40 @@ def table_rows(runs: list[RunData]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _mix(node: NodeRun) -> str:
+    """`I/J`, with the groups sampled per round when the node samples more than I."""
+    mix = f"{node.local_groups}/{node.external_groups}"
+    if node.sampled > node.local_groups + 1e-9:
+        mix += f" (S={node.sampled:g})"
+    return mix
+
+
+def is_silo(runs: list[RunData]) -> bool:
+    """True when no node of these runs takes external groups (J = 0)."""
+    return all(n.external_groups == 0 for r in runs for n in r.nodes)
+
+
+def control_rows(runs: list[RunData]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The silo controls (configurations with J = 0), and per configuration its paired
+    ratio to each control: geometric mean over common seeds with a 95% t-interval."""
+    labels = labels_of(runs)
+    totals = {
+        label: {r.seed: sum(r.mean_curve()) for r in runs if r.label == label} for label in labels
+    }
+    controls = [label for label in labels if is_silo([r for r in runs if r.label == label])]
+    rows = []
+    for label in labels:
+        row: dict[str, Any] = {"label": label, "vs": {}}
+        for control in controls:
+            ratios = paired_ratios(totals[label], totals[control])
+            try:
+                row["vs"][control] = paired_ratio_interval(ratios) if ratios else None
+            except ValueError:  # a zero cumulative reward: no log ratio
+                row["vs"][control] = None
+        rows.append(row)
+    return controls, rows
 
 
 def group_rows(runs: list[RunData]) -> list[dict[str, Any]]:
@@ -269,6 +317,20 @@ def markdown(runs: list[RunData], title: str) -> str:
             f"| {row['min']:.2f}-{row['max']:.2f} | {row['ratio']:.2f}x | {paired} | {final} "
             f"| {row['external']:.2f} | {trained} |"
         )
+    controls, compared = control_rows(runs)
+    if controls:
+        lines += [
+            "",
+            "Paired ratios to each silo control (J = 0): per seed, cumulative reward over the "
+            "control's with the same seed; geometric mean over seeds [95% t-interval on the "
+            "log ratios].",
+            "",
+            "| configuration | " + " | ".join(f"vs {c}" for c in controls) + " |",
+            "|---|" + "---|" * len(controls),
+        ]
+        for row in compared:
+            cells = ["-" if row["vs"][c] is None else row["vs"][c].text() for c in controls]
+            lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
     groups = group_rows(runs)
     if groups:
         lines += [
@@ -359,6 +421,47 @@ def plot_cumulative(runs: list[RunData], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_paired(runs: list[RunData], path: Path) -> bool:
+    """Paired ratios to each silo control: per-seed ratios (dots), geometric mean and 95%
+    t-interval (bar), one panel per control. False (nothing written) without controls."""
+    controls, rows = control_rows(runs)
+    if not controls:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    totals = {
+        label: {r.seed: sum(r.mean_curve()) for r in runs if r.label == label}
+        for label in labels_of(runs)
+    }
+    fig, axes = plt.subplots(
+        1, len(controls), figsize=(4.6 * len(controls), 0.45 * len(rows) + 1.6), squeeze=False
+    )
+    for ax, control in zip(axes[0], controls, strict=True):
+        for y, row in enumerate(rows):
+            ratios = paired_ratios(totals[row["label"]], totals[control])
+            ax.scatter(ratios, [y] * len(ratios), color="gray", s=10, zorder=2)
+            interval = row["vs"][control]
+            if interval is not None:
+                low = interval.low if interval.low is not None else interval.mean
+                high = interval.high if interval.high is not None else interval.mean
+                ax.plot([low, high], [y, y], color="black", lw=2, zorder=3)
+                ax.scatter([interval.mean], [y], color="tab:red", s=24, zorder=4)
+        ax.axvline(1.0, color="tab:blue", lw=1, ls="--")
+        ax.set_yticks(range(len(rows)), [row["label"] for row in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel(f"cumulative reward / {control} (same seed)")
+        ax.set_title(f"vs {control}", fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
+    fig.suptitle("Paired ratios: seeds (gray), geometric mean (red), 95% interval", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def write_report(directory: str | Path, out: str | Path | None = None) -> list[Path]:
     """Write the plots and table for the runs under `directory` into `out` (default:
     `directory`); return the paths written."""
@@ -371,4 +474,7 @@ def write_report(directory: str | Path, out: str | Path | None = None) -> list[P
     plot_rewards(runs, paths[0])
     plot_cumulative(runs, paths[1])
     paths[2].write_text(markdown(runs, f"simnet report: {title}"))
+    paired = target / PAIRED_FILE
+    if plot_paired(runs, paired):
+        paths.insert(2, paired)  # the table stays last (the CLI prints it)
     return paths

@@ -201,11 +201,51 @@ class ComputeSpec(StrictModel):
     """Each duration is scaled by a uniform factor in [1 - jitter, 1 + jitter]."""
 
 
+COMPETENCE_FIELDS = (
+    "difficulty_mean",
+    "difficulty_spread",
+    "general_rate",
+    "task_rate",
+    "batch_exponent",
+)
+"""`StubSpec` fields used only by the `competence` rule."""
+
+
 class StubSpec(StrictModel):
+    rule: Literal["count", "competence"] = "count"
+    """The stub's learning rule (`simnet.stub`). `count`: every informative group trained
+    raises skill by the same amount, so sharing helps by construction (kept for the
+    protocol benchmarks). `competence`: tasks have difficulties, the node a skill and
+    per-task knowledge; a group teaches only what the node lacks on its task, so
+    sharing can fail to help."""
     skill: float = Field(0.1, ge=0, le=1)
-    """Initial probability that a stub completion is correct."""
+    """Initial probability that a stub completion is correct (`competence`: on a task of
+    mean difficulty)."""
     rate: float = Field(0.02, ge=0, le=1)
-    """Skill gained toward 1 per informative group trained (the toy learning rule)."""
+    """`count`: skill gained toward 1 per informative group trained."""
+    difficulty_mean: float = Field(0.0, ge=-20, le=20)
+    """`competence`: mean task difficulty (logits)."""
+    difficulty_spread: float = Field(2.0, ge=0, le=20)
+    """`competence`: difficulties are uniform in `difficulty_mean` +- this."""
+    general_rate: float = Field(0.05, ge=0, le=10)
+    """`competence`: share of a step's gain added to the general skill logit."""
+    task_rate: float = Field(0.5, ge=0, le=10)
+    """`competence`: share of a group's gain added to its task's knowledge logit."""
+    batch_exponent: float = Field(0.5, ge=0, le=1)
+    """`competence`: a step's gains are divided by n ** this (n: groups with a gain);
+    0 sums them (more groups, more learning), 1 averages them."""
+
+    @model_validator(mode="after")
+    def _fields_fit_rule(self) -> StubSpec:
+        if self.rule == "count":
+            defaults = type(self).model_fields
+            found = [k for k in COMPETENCE_FIELDS if getattr(self, k) != defaults[k].default]
+            if found:
+                raise ValueError(
+                    f"{', '.join(found)}: only used by rule = 'competence'; set "
+                    'rule = "competence" or delete them'
+                )
+        return self
 
 
 Behavior = Literal[

@@ -61,6 +61,22 @@ class SapoConfig(StrictModel):
     """Bound on groups held in the rollout pool."""
     pool_max_bytes: int = Field(64 << 20, ge=1 << 16)
     """Bound on the pool's text bytes."""
+    external_selection: Literal["uniform", "signal"] = "uniform"
+    """How the J external groups are chosen among the usable ones in the pool (the
+    staleness bound, `per_sender_cap` and drawing without replacement hold for both).
+    `uniform`: at random (the baseline). `signal`: highest expected learning signal
+    first (`node.selection.expected_signal`: the re-scored rewards' standard deviation,
+    largest at a pass rate of 1/2, times the task's novelty, lower for a task this node
+    trained in its last `novelty_window` rounds); ties at random."""
+    novelty_window: int = Field(8, ge=0, le=1024)
+    """`signal` selection: a task (its prompt) trained in this many of our last rounds,
+    locally or from a peer, counts as seen; each sighting divides its novelty
+    (0: novelty off, only the reward spread counts)."""
+    sampled_groups: int | None = Field(None, ge=1, le=4096)
+    """S: groups this node samples each round (None: `local_groups`). With S > I the
+    node does DAPO-style dynamic sampling: it samples S groups, publishes and scores all
+    of them (its reward metrics are over all S), and trains on I of them, those with
+    reward variance first. The dynamic-sampling silo control of `docs/sapo_grid.md`."""
 
     @model_validator(mode="before")
     @classmethod
@@ -80,7 +96,23 @@ class SapoConfig(StrictModel):
     def _something_to_train(self) -> SapoConfig:
         if self.local_groups + self.external_groups == 0:
             raise ValueError("local_groups + external_groups must be > 0")
+        if self.sampled_groups is not None and self.sampled_groups < self.local_groups:
+            raise ValueError(
+                f"sampled_groups ({self.sampled_groups}) must be >= local_groups "
+                f"({self.local_groups}): a node trains on at most local_groups of the groups "
+                "it samples; raise sampled_groups or delete it (it defaults to local_groups)"
+            )
+        if self.sampled_groups is not None and self.local_groups == 0:
+            raise ValueError(
+                "sampled_groups needs local_groups > 0 (a node with local_groups = 0 "
+                "trains on none of its own samples); delete sampled_groups"
+            )
         return self
+
+    @property
+    def groups_sampled(self) -> int:
+        """S: groups sampled per round (`sampled_groups`, else `local_groups`)."""
+        return self.local_groups if self.sampled_groups is None else self.sampled_groups
 
 
 class LoggingConfig(StrictModel):

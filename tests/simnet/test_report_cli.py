@@ -62,11 +62,17 @@ def test_variants_times_seeds_layout_and_summary(tmp_path: Path) -> None:
 def test_report_writes_plots_and_table(tmp_path: Path) -> None:
     out, result = _grid(tmp_path)
     paths = write_report(out, tmp_path / "report")
-    assert [p.name for p in paths] == ["reward_per_round.png", "cumulative_reward.png", "report.md"]
-    for png in paths[:2]:
+    assert [p.name for p in paths] == [
+        "reward_per_round.png",
+        "cumulative_reward.png",
+        "paired_ratios.png",  # 4/0 is a silo control
+        "report.md",
+    ]
+    for png in paths[:3]:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    table = paths[2].read_text()
+    table = paths[3].read_text()
     assert "| 4/0 | 4/0 |" in table and "| 2/2 | 2/2 |" in table
+    assert "| configuration | vs 4/0 |" in table and "| 2/2 | " in table.split("vs 4/0 |")[1]
     rows = table_rows(load_runs(out))
     for row, config in zip(rows, result["configurations"], strict=True):
         assert row["mean"] == pytest.approx(config["cumulative_mean"])

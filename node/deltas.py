@@ -16,12 +16,14 @@ Only what the node trains itself is shared. The exchange keeps `theta_last_share
   peers' packets at once (a merge of one packet is just that packet, clipped).
 
 Peer packets (`receive`) are refused by raising `node.rescore.Refused(reason)`:
-`wrong_family`, `stale` (from an older policy version of that sender than the packet
-already held; not the sender's fault), `pending_full` (not the sender's fault),
-or the codec's `bad_delta` / `wrong_shape` / `non_finite`. At most one packet per
-sender is held (its newest version); pending packets are dropped at each merge, used or
-not, and are not checkpointed. Staleness is measured locally (`swarm.staleness`): a
-packet merges only within `max_staleness` of our own rounds after it arrived.
+`wrong_family`, `wrong_scheme` (a packet of another `[deltas] scheme`, such as a
+CHOCO keyframe, which holds weights, not a delta), `stale` (from an older policy
+version of that sender than the packet already held; not the sender's fault),
+`pending_full` (not the sender's fault), or the codec's `bad_delta` / `wrong_shape` /
+`non_finite`. At most one packet per sender is held (its newest version); pending
+packets are dropped at each merge, used or not, and are not checkpointed. Staleness is
+measured locally (`swarm.staleness`): a packet merges only within `max_staleness` of
+our own rounds after it arrived.
 
 Threads: `receive` may run in one worker thread while `merge_into` runs in another
 (`merge_into` swaps the pending map out in one rebinding, and `receive` reads the map
@@ -184,6 +186,8 @@ class DeltaExchange:
         """Validate a peer's packet and hold it for the next merge, or raise `Refused`."""
         if packet.model_family != self.model_family:
             raise Refused("wrong_family")
+        if packet.meta.get("scheme", "merge") != "merge":  # e.g. a CHOCO keyframe: absolute
+            raise Refused("wrong_scheme")
         pending = self.pending  # one read: `merge_into` may rebind it from another thread
         held = pending.get(sender)
         if held is not None and held.sender_version > sender_version:

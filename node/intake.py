@@ -50,6 +50,7 @@ NOT_THE_PEERS_FAULT = frozenset(
         "stale_version",
         "pending_full",
         "deltas_disabled",
+        "wrong_scheme",
         "foreign_task",
         "held_out_task",
         "admission_full",

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from node.choco_deltas import ChocoExchange
 from node.deltas import DeltaExchange, model_params
 from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
 from node.rescore import Refused
@@ -95,8 +96,9 @@ class PolicyLearner:
         self.rewards_config = resolve_answer_format(config.rewards, self.renderer.mode == "chat")
         """The rewards config with `answer_format` resolved for this model's prompts (the
         node re-scores peers' groups with the same)."""
-        self.deltas = (
-            DeltaExchange(
+        exchange = ChocoExchange if config.deltas.scheme == "choco" else DeltaExchange
+        self.deltas: DeltaExchange | ChocoExchange | None = (
+            exchange(
                 config.deltas, self.model_family, model_params(self.model), self.policy_version
             )
             if config.deltas.enabled

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.deltas import model_params
+from node.deltas import DeltaExchange, model_params
 from node.policy_learner import PolicyLearner
 from swarm.messages import DeltaPacket
 
@@ -28,6 +28,8 @@ class PoisonLearner(PolicyLearner):
         # Reaches into the exchange's baseline and residual so that every packet is
         # exactly POISON_SCALE x this node's true update, not a compounding one.
         exchange = self.deltas
+        if not isinstance(exchange, DeltaExchange):
+            raise TypeError("PoisonLearner poisons the `merge` delta scheme only")
         real = {n: p.detach().float() for n, p in model_params(self.model).items()}
         last = exchange._last_shared
         fake = {n: last[n] + (real[n] - last[n]) * POISON_SCALE for n in real}

@@ -67,7 +67,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gossip.chunking import MAX_CHUNKS, Reassembler, split
+from gossip.chunking import MAX_CHUNKS, Reassembler, sha256, split
 from gossip.counters import GossipCounters
 from gossip.ratelimit import RateLimiter
 from gossip.scoring import PeerScores
@@ -358,7 +358,7 @@ class Gossip:
             raise WireError("own", "our own message echoed back")
         if envelope.kind != Chunk.KIND and len(data) > self.config.max_envelope_bytes:
             raise WireError("oversize", f"envelope of {len(data)} bytes")
-        digest = envelope.signing_digest
+        digest = envelope.signing_digest or sha256(bytes(data))  # b"": not from decode
         if self._seen.contains(envelope.sender, envelope.seq, digest):
             raise WireError("duplicate", f"seq {envelope.seq}")
         if not self._limiter.allow(envelope.sender):

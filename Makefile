@@ -10,7 +10,8 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 .PHONY: demo test test-vllm lint install build-deps system-deps js-peer-deps
 
 # Debian packages: libgmp-dev (libp2p's fastecdsa builds against it) for every install;
-# for the tests also mosquitto (the MQTT tests' broker) and chromium (the dashboard's
+# for the tests also mosquitto (the MQTT tests' broker), nftables and iproute2 (the NAT
+# test's routers in network namespaces) and chromium (the dashboard's
 # browser test). Installed when we are root with apt-get; otherwise we say what is
 # missing, and the tests that need it skip with the reason.
 define apt_install
@@ -32,7 +33,7 @@ build-deps:
 	$(call apt_install,libgmp-dev)
 
 system-deps: build-deps
-	$(call apt_install,mosquitto chromium)
+	$(call apt_install,mosquitto chromium nftables iproute2)
 
 $(STAMP): pyproject.toml | build-deps
 	test -d $(VENV) || $(PY) -m venv $(VENV)

@@ -71,12 +71,17 @@ class Broker:
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            terminate(proc)
+
+
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 5 s; returns once the process is gone."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from node.ports import free_port
 from swarm.config.network import MqttTransportConfig
 from swarm.errors import ConfigError
 from swarm.identity import Identity
+from tests.gossip.conftest import mosquitto_path, terminate
 
 PASSWORD = "correct horse battery staple"
 TIMEOUT_S = 10.0
@@ -113,16 +114,9 @@ class TlsBroker:
         )
 
 
-def _mosquitto() -> str | None:
-    found = shutil.which("mosquitto")
-    if found:
-        return found
-    return "/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None
-
-
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    binary, passwd = _mosquitto(), shutil.which("mosquitto_passwd")
+    binary, passwd = mosquitto_path(), shutil.which("mosquitto_passwd")
     if binary is None or passwd is None:
         pytest.skip("mosquitto is not installed (apt-get install -y mosquitto; CI installs it)")
     folder = tmp_path_factory.mktemp("mqtt_tls")
@@ -152,12 +146,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
             time.sleep(0.05)
         yield broker
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc)
 
 
 @pytest.fixture

@@ -64,22 +64,14 @@ def bench_processes(
     for peer in (receiver, sender):
         peer.wait_until(lambda _, p=peer: bool(p.mesh()), 30.0, "mesh")
     # Warm-up: a few messages through the freshly formed mesh.
-    sender.command("send 5 1000 0")
-    receiver.wait_until(lambda _: len(receiver.received(sender.peer_id)) >= 5, 30.0, "warm-up")
+    arrival_time(receiver, sender, 0, 5, 1000)
     rows: list[Row] = []
     start_index = 1000
     for label, size, full, small in SIZES:
         count = small if quick else full
-        first, last = start_index, start_index + count
+        first = start_index
         t0 = time.time()
-        sender.command(f"send {count} {size} {first}")
-
-        def arrived(events: list[dict], first: int = first, last: int = last) -> bool:
-            got = sum(1 for e in events if e["event"] == "recv" and first <= e["index"] < last)
-            return got >= last - first
-
-        receiver.wait_until(arrived, TIMEOUT_S, f"{count} x {label}")
-        t_end = max(e["t"] for e in receiver.received(sender.peer_id) if first <= e["index"] < last)
+        t_end = arrival_time(receiver, sender, first, count, size)
         rows.append(row(transport, label, count, size, t_end - t0))
         start_index += 100_000
     stats = receiver.request("stats", "stats")
@@ -87,6 +79,23 @@ def bench_processes(
     if dropped or stats["transport"].get("dropped_incoming"):
         print(f"  note: {transport} receiver dropped {dropped} {stats['transport']}")
     return rows
+
+
+def arrival_time(
+    receiver: PeerProcess, sender: PeerProcess, first: int, count: int, size: int
+) -> float:
+    """Have `sender` publish `count` messages; the wall time the last one reached `receiver`.
+
+    Both peers run `--light`: no JSON line per message, the receiver reports once per
+    burst (`expect`), like the bare receiver it is compared with.
+    """
+    last = first + count
+    receiver.command(f"expect {first} {last}")
+    sender.command(f"send {count} {size} {first}")
+    event = receiver.wait_for(
+        lambda e: e["event"] == "arrived" and e["first"] == first, TIMEOUT_S, f"{count} x {size} B"
+    )
+    return float(event["t"])
 
 
 async def bench_memory(quick: bool) -> list[Row]:

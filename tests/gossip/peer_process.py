@@ -16,10 +16,18 @@ lines on stdout:
     {"event": "recv", "topic": ..., "sender": ..., "via": ..., "index": i,
      "sha256": ..., "size": n}
     {"event": "burst", "count": n, "size": s, "seconds": t}   after a `send` command
+    {"event": "arrived", "first": i, "last": j, "t": t}  after `expect` (below)
     {"event": "peers", "connected": [...]} / {"event": "stats", ...} / {"event": "done"}
 
-Commands on stdin, one per line: `send COUNT SIZE [START]`, `peers`, `stats`, `quit`.
-EOF on stdin ends the process (so an orphan never outlives its test).
+Commands on stdin, one per line: `send COUNT SIZE [START]`, `expect FIRST LAST`,
+`peers`, `stats`, `quit`. EOF on stdin ends the process (so an orphan never outlives its
+test). `expect FIRST LAST` emits one `arrived` event, with the wall time of the last
+arrival, once every index in [FIRST, LAST) was received (at once if they already were).
+
+`--light` (benchmarks): one random payload per burst, and no per-message `sent`/`recv`
+lines (a JSON line per message, parsed by the driver, costs about what a bare MQTT
+receiver spends per message): the driver learns arrivals from `expect` instead, as a
+bare receiver that counts and prints once.
 
 Modes: `send` publishes `--count` messages of `--size` bytes once `--wait-mesh` peers
 are in its mesh; `recv` exits after `--expect` messages (0: never); `relay` only runs.
@@ -128,6 +136,9 @@ class Peer:
                 self.transport, self.identity, args.swarm_id, bench_gossip_config(), WallClock()
             )
         self.received = 0
+        self.arrivals: dict[int, float] = {}
+        """Index -> wall time of arrival (every index, in every mode; for `expect`)."""
+        self._expected: list[tuple[int, int, set[int]]] = []
         self.round = 0
         self.done = asyncio.Event()
         self._send_lock = asyncio.Lock()
@@ -216,8 +227,8 @@ class Peer:
                         payload=encode_payload(packet),
                     )
                     await self.transport.publish(self.topic, envelope.encode())
-                digest = "" if self.args.light else hashlib.sha256(tensors).hexdigest()
-                emit("sent", index=i, sha256=digest, size=size)
+                if not self.args.light:
+                    emit("sent", index=i, sha256=hashlib.sha256(tensors).hexdigest(), size=size)
             emit("burst", count=count, size=size, seconds=time.perf_counter() - t0)
 
     async def _receive_loop(self) -> None:
@@ -235,18 +246,41 @@ class Peer:
                 topic, sender, via = message.topic, envelope.sender, message.via
             assert isinstance(packet, DeltaPacket)
             self.received += 1
-            emit(
-                "recv",
-                topic=topic,
-                sender=sender,
-                via=via,
-                index=packet.base_version,
-                sha256="" if self.args.light else hashlib.sha256(packet.tensors).hexdigest(),
-                size=len(packet.tensors),
-                t=time.time(),
-            )
+            now = time.time()
+            self.arrivals[packet.base_version] = now
+            if not self.args.light:
+                emit(
+                    "recv",
+                    topic=topic,
+                    sender=sender,
+                    via=via,
+                    index=packet.base_version,
+                    sha256=hashlib.sha256(packet.tensors).hexdigest(),
+                    size=len(packet.tensors),
+                    t=now,
+                )
+            if self._expected:
+                self._check_expected(packet.base_version)
             if self.args.mode == "recv" and self.args.expect and self.received >= self.args.expect:
                 self.done.set()
+
+    def expect(self, first: int, last: int) -> None:
+        missing = {i for i in range(first, last) if i not in self.arrivals}
+        self._expected.append((first, last, missing))
+        self._check_expected(None)
+
+    def _check_expected(self, index: int | None) -> None:
+        for expectation in list(self._expected):
+            first, last, missing = expectation
+            missing.discard(index)
+            if not missing:
+                self._expected.remove(expectation)
+                emit(
+                    "arrived",
+                    first=first,
+                    last=last,
+                    t=max(self.arrivals[i] for i in range(first, last)),
+                )
 
     async def _command_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -264,6 +298,8 @@ class Peer:
                 count, size = int(words[1]), int(words[2])
                 start = int(words[3]) if len(words) > 3 else 0
                 await self.send(count, size, start)
+            elif words[0] == "expect":
+                self.expect(int(words[1]), int(words[2]))
             elif words[0] == "peers":
                 emit("peers", connected=sorted(self.transport.connected_peers()))
             elif words[0] == "stats":
@@ -295,7 +331,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--light",
         action="store_true",
-        help="benchmarks: one random payload per burst, no sha256 of payloads in events",
+        help="benchmarks: one random payload per burst, no per-message events (use expect)",
     )
     p.add_argument("--no-peer-exchange", action="store_true", help="libp2p: bootstrap only")
     p.add_argument("--target-peers", type=int, default=8)

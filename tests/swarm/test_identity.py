@@ -163,3 +163,21 @@ def test_small_order_keys_cannot_be_forged_as(key: bytes) -> None:
         with pytest.raises(WireError) as info:
             verify(peer_id, b"any message at all", r + bytes(32))
         assert info.value.reason == "bad_sender"
+
+
+def test_verification_with_a_cached_key_still_checks_every_signature() -> None:
+    """The parsed key is cached per peer id; the signature is still checked each time,
+    and an id that holds no key is refused each time (never cached as valid)."""
+    a = Identity.generate()
+    message = b"twice"
+    for _ in range(2):
+        verify(a.peer_id, message, a.sign(message))
+        with pytest.raises(WireError) as info:
+            verify(a.peer_id, message + b"!", a.sign(message))
+        assert info.value.reason == "bad_signature"
+    for _ in range(2):
+        with pytest.raises(WireError) as info:
+            verify("12D3KooWnot-a-key", message, a.sign(message))
+        assert info.value.reason == "bad_sender"
+        with pytest.raises(WireError):
+            verify(b"12D3KooW", message, a.sign(message))  # type: ignore[arg-type]

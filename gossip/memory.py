@@ -25,6 +25,11 @@ Invariants:
   is not authentication and gossip ignores it).
 - A transport refuses to publish anything over its own `max_message_bytes`
   (`ValueError`): a sender bug, not a peer's fault.
+- `deliver_now(topic, data, source=...)` is `enqueue` followed at once by `receive`, for
+  a caller that is the transport's only reader (simnet): the same checks and drop
+  counts, the same `delivered` count and the same message; on an empty queue (simnet's
+  case: it receives each message as it enqueues it) the message skips the queue, which
+  `enqueue` + `receive` would have left empty again.
 """
 
 from __future__ import annotations
@@ -202,6 +207,25 @@ class MemoryTransport:
     def pending(self) -> int:
         """Messages queued and not yet received."""
         return self._queue.qsize()
+
+    def deliver_now(self, topic: str, data: bytes, *, source: str) -> TransportMessage | None:
+        """`enqueue` then `receive` at once (see the module docstring); None if dropped."""
+        if not self._queue.empty():
+            if not self.enqueue(topic, data, source=source):
+                return None
+            message = self._queue.get_nowait()
+            self.queued_bytes -= len(message.data) + MESSAGE_OVERHEAD_BYTES
+            return message
+        # An empty queue: `enqueue`'s checks, none of which can refuse for size (a message
+        # arriving at an empty queue always fits), and `receive` would hand it back.
+        if not self._running:
+            self.drops["not_running"] += 1
+            return None
+        if topic not in self._topics:
+            self.drops["not_subscribed"] += 1
+            return None
+        self.delivered += 1
+        return MemoryMessage(topic, data, None, source)
 
     def enqueue(self, topic: str, data: bytes, *, source: str) -> bool:
         """Queue one message for `receive` (the delivery policy's end); False if dropped."""

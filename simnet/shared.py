@@ -2,23 +2,45 @@
 
 In one simnet process many nodes receive the very same bytes. Decoding an envelope (its
 Ed25519 check included), decoding its payload and re-scoring a rollout group are pure
-functions of their arguments, so inside `shared_pure_work()` they are memoized, keyed by
-the objects the link model hands to every receiver (the same `bytes` object, whose hash
-Python computes once). Each node still runs its whole receive path (seen cache, rate
-limit, topic check, staleness, pool); only the simulator's CPU time drops. A test checks
-that metrics are byte-identical with and without it.
+functions of their arguments, so inside `shared_pure_work()` they are memoized, keyed
+by the objects the link model hands to every receiver (the same `bytes` object, whose
+hash Python computes once). Each node still runs its whole receive path (seen cache,
+rate limit, topic check, staleness, pool); only the simulator's CPU time drops. A test
+checks that metrics are byte-identical with and without it.
+
+Regenerating a task from its reference (`make_task`) and scoring completions
+(`score_group`, one score per distinct completion of a task) are memoized too, so the
+first receiver re-scoring a group reuses the scores its sender computed when sampling
+it. Only rewards without a time limit are memoized (one that runs out of time scores 0:
+not a pure function); the process-wide `rewards.registry.reward_counters` count only
+the calls actually made (simnet reports none of them).
+
+Signatures made in this process are not checked again: `Identity.sign` records each
+(peer id, signed bytes, signature) it makes, and `swarm.envelope.verify` returns at once
+for exactly such a triple. Ed25519 is complete (RFC 8032: a signature made with a key
+verifies under that key's public key, which the peer id embeds), so for these triples
+the check cannot fail; anything else (a forged or altered signature, other bytes, a
+claimed sender that did not sign them) goes through the real check.
 
 Invariants:
 - Only pure functions are memoized, and their results are immutable (frozen
-  dataclasses), so sharing one result between nodes is safe. A `WireError` is never
-  cached (the call is simply repeated); a `Refused` re-scoring is cached by its reason
-  and raised anew for each caller.
-- The patches replace the module attributes the production code looks up at call time
+  dataclasses, floats; `score_group` returns a fresh list each call), so sharing one
+  result between nodes is safe. A `WireError` is never cached (the call is simply
+  repeated), nor is any exception of `make_task` or `score_group`; a `Refused`
+  re-scoring is cached by its reason and raised anew for each caller.
+- The patches replace the attributes the production code looks up at call time
   (`gossip.layer.decode_envelope`, `gossip.layer.decode_payload`,
-  `node.workers.rescore_group`) and are always restored on exit, also on error. If one of
-  them is gone (the production code moved), entering raises instead of silently running
-  unpatched.
-- Memory is bounded: each cache is cleared when it reaches `MAX_ENTRIES`.
+  `node.workers.rescore_group`, `make_task` and `score_group` in `node.rescore` and
+  `simnet.stub`, `swarm.envelope.verify`, `swarm.identity.Identity.sign`) and are
+  always restored on exit, also on error. If one of them is gone (the production code
+  moved), entering raises instead of silently running unpatched.
+- Memory is bounded and does not grow with the run: each cache keeps only its most
+  recent entries (`Recent`: between `WINDOW` and 2 x `WINDOW`, `TASK_WINDOW` for
+  tasks and scores), which is what is still in use (a message is decoded for all its
+  receivers within a second or so; a task is re-scored about one round after its
+  sender sampled it). An entry that was dropped is simply computed again. (Keeping
+  every entry of a run made the garbage collector walk millions of cached objects:
+  most of the cost that grew with nodes x rounds.)
 - Not re-entrant: one `shared_pure_work()` at a time in a process.
 """
 
@@ -29,22 +51,76 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gossip.layer
+import node.rescore
 import node.workers
+import simnet.stub
+import swarm.envelope
 from node.rescore import Refused, Rescored
+from rewards.registry import get_correctness
+from rewards.tasks import get_source
 from swarm.errors import WireError
+from swarm.identity import Identity
 
-MAX_ENTRIES = 200_000
-_TARGETS = (
+WINDOW = 2048
+"""Entries per generation of the caches of messages and signatures (`Recent`): a
+message is decoded for all its receivers within about a second of being sent."""
+TASK_WINDOW = 8192
+"""Entries per generation of the task and score caches: a task is re-scored about one
+round after its sender drew it (some 4 tasks x nodes x 5/8 of a round at the benchmark's
+settings: 2,500 tasks for 1,000 nodes)."""
+_TARGETS: tuple[tuple[Any, str], ...] = (
     (gossip.layer, "decode_envelope"),
     (gossip.layer, "decode_payload"),
     (node.workers, "rescore_group"),
+    (node.rescore, "make_task"),
+    (simnet.stub, "make_task"),
+    (node.rescore, "score_group"),
+    (simnet.stub, "score_group"),
+    (swarm.envelope, "verify"),
+    (Identity, "sign"),
 )
 _active = False
 
 
+class Recent:
+    """A cache of the most recent entries in two generations: new entries go to the
+    young one; when it holds `window` entries it becomes the old one (the previous old
+    one is dropped) and a new young one starts; a hit in the old generation moves the
+    entry to the young one. So it holds the last `window` to 2 x `window` entries used.
+    Values must not be None (None means a miss). Hot callers look in `young` first and
+    call `get` only when that misses (the same result, one call less per hit)."""
+
+    __slots__ = ("old", "window", "young")
+
+    def __init__(self, window: int) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        self.window = window
+        self.young: dict[Any, Any] = {}
+        self.old: dict[Any, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.young) + len(self.old)
+
+    def get(self, key: Any) -> Any:
+        value = self.young.get(key)
+        if value is None:
+            value = self.old.pop(key, None)
+            if value is not None:
+                self.put(key, value)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        if len(self.young) >= self.window:
+            self.old = self.young
+            self.young = {}
+        self.young[key] = value
+
+
 class _Canon:
     """Maps equal config objects (each node has its own `Limits` and `RewardsConfig`) to
-    one instance, so cache keys compare by identity instead of field by field."""
+    one instance, so cache keys compare by identity instead of field by field. Holds
+    every canonical object for its own lifetime, so their ids stay unique meanwhile."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[Any, Any]] = {}
@@ -60,21 +136,22 @@ class _Canon:
 
 
 def _memo_decode(
-    fn: Callable[..., Any], cache: dict[tuple[Any, ...], Any], canon: _Canon, limits_at: int
+    fn: Callable[..., Any], cache: Recent, canon: _Canon, limits_at: int
 ) -> Callable[..., Any]:
     """A memoized `decode_envelope(data, limits, swarm_id[, refuse_sender])` (`limits_at` 1) or
     `decode_payload(kind, payload, limits)` (`limits_at` 2)."""
 
     def memoized(first: Any, second: Any, third: Any, *rest: Any) -> Any:
+        # Canonical limits live as long as `canon`, so their id stands for their value
+        # (hashing a `Limits` dataclass field by field per message cost more).
         if limits_at == 1:
-            key = (first, canon(second), third)
+            key = (first, id(canon(second)), third)
         else:
-            key = (first, second, canon(third))
-        try:
-            hit = cache[key]
-        except KeyError:
-            pass
-        else:
+            key = (first, second, id(canon(third)))
+        hit = cache.young.get(key)
+        if hit is None:
+            hit = cache.get(key)
+        if hit is not None:
             # decode_envelope's per-node `refuse_sender` check, applied to a shared result
             # exactly where production applies it (a cached envelope's claimed sender is
             # its verified sender).
@@ -82,45 +159,33 @@ def _memo_decode(
                 raise WireError("ignored_peer", hit.sender[:64])
             return hit
         value = fn(first, second, third, *rest)
-        if len(cache) >= MAX_ENTRIES:
-            cache.clear()
-        cache[key] = value
+        cache.put(key, value)
         return value
 
     return memoized
 
 
 def _memo_rescore(
-    fn: Callable[..., Rescored], cache: dict[tuple[Any, ...], Any], canon: _Canon
+    fn: Callable[..., Rescored], cache: Recent, canon: _Canon
 ) -> Callable[..., Rescored]:
-    by_id: dict[tuple[int, int, tuple[Any, ...]], tuple[Any, Any]] = {}
-
     def memoized(group: Any, config: Any, variants: tuple[Any, ...] = ()) -> Rescored:
-        # Every receiver gets the same group object (decoding is shared), so look it up
-        # by identity first: hashing a whole group (prompt and completions) per call
-        # cost more than the lookup saved. The entry holds the group, so its id stays
-        # unique while the entry lives.
+        # Every receiver gets the same group object (decoding is shared), so it is looked
+        # up by identity: hashing a whole group (prompt and completions) per call cost
+        # more than the lookup saved. The entry holds the group, so its id stays unique
+        # while the entry lives. (An equal group in another object is re-scored anew.)
         config = canon(config)
-        fast = (id(group), id(config), variants)
-        entry = by_id.get(fast)
+        key = (id(group), id(config), variants)
+        entry = cache.young.get(key)
+        if entry is None:
+            entry = cache.get(key)
         if entry is not None and entry[0] is group:
             hit = entry[1]
-            if isinstance(hit, str):
-                raise Refused(hit)
-            return hit
-        key = (group, config, variants)
-        hit = cache.get(key)
-        if hit is None:
+        else:
             try:
                 hit = fn(group, config, variants)
             except Refused as refused:
                 hit = refused.reason
-            if len(cache) >= MAX_ENTRIES:
-                cache.clear()
-            cache[key] = hit
-        if len(by_id) >= MAX_ENTRIES:
-            by_id.clear()
-        by_id[fast] = (group, hit)
+            cache.put(key, (group, hit))
         if isinstance(hit, str):
             raise Refused(hit)
         return hit
@@ -128,35 +193,122 @@ def _memo_rescore(
     return memoized
 
 
+def _memo_make_task(fn: Callable[..., Any], cache: Recent) -> Callable[..., Any]:
+    """A memoized `make_task(ref)` (pure: `rewards.tasks`); errors are not cached."""
+
+    def memoized(ref: Any) -> Any:
+        hit = cache.get(ref)
+        if hit is None:
+            hit = fn(ref)
+            cache.put(ref, hit)
+        return hit
+
+    return memoized
+
+
+def _memo_score_group(
+    fn: Callable[..., list[float]], cache: Recent, canon: _Canon
+) -> Callable[..., list[float]]:
+    """A memoized `score_group(task, completions, config)`, one score per distinct
+    completion, for rewards without a time limit (a limited reward may score 0 for
+    running out of time: not a pure function, so it is always called)."""
+
+    def memoized(task: Any, completions: list[str], config: Any) -> list[float]:
+        config = canon(config)
+        key = (id(task), id(config))  # canonical configs live on; the entry holds the task
+        entry = cache.get(key)
+        if entry is None or entry[0] is not task:
+            try:
+                reward = get_correctness(config.correctness)
+                source = get_source(task.ref.source)
+            except KeyError:
+                return fn(task, completions, config)  # its own error, as without sharing
+            slow = source.slow_scoring if reward.slow is None else reward.slow
+            entry = (task, None if slow else {})
+            cache.put(key, entry)
+        scores = entry[1]
+        if scores is None:
+            return fn(task, completions, config)
+        missing = [c for c in dict.fromkeys(completions) if c not in scores]
+        if missing:
+            scores.update(zip(missing, fn(task, missing, config), strict=True))
+        return [scores[c] for c in completions]
+
+    return memoized
+
+
+def _recording_sign(
+    fn: Callable[[Identity, bytes], bytes], made: Recent
+) -> Callable[[Identity, bytes], bytes]:
+    """`Identity.sign` that records (signature -> (peer id, signed bytes))."""
+
+    def sign(self: Identity, message: bytes) -> bytes:
+        signature = fn(self, message)
+        made.put(signature, (self.peer_id, message))
+        return signature
+
+    return sign
+
+
+def _skip_own_verify(
+    fn: Callable[[str, bytes, bytes], None], made: Recent
+) -> Callable[[str, bytes, bytes], None]:
+    """`verify` that returns at once for a triple `Identity.sign` made in this process."""
+
+    def verify(peer_id: str, message: bytes, signature: bytes) -> None:
+        entry = made.get(signature)
+        if entry is not None and entry[0] == peer_id and entry[1] == message:
+            return None
+        return fn(peer_id, message, signature)
+
+    return verify
+
+
 @contextlib.contextmanager
-def shared_pure_work() -> Iterator[dict[str, int]]:
-    """Memoize the pure receive-path functions while the block runs; yields cache sizes
-    (updated on exit) for reporting."""
+def shared_pure_work(window: int | None = None) -> Iterator[dict[str, int]]:
+    """Memoize the pure receive-path functions while the block runs (the message caches
+    keeping their last `window` (default `WINDOW`) to 2 x `window` entries, the task
+    caches at least `TASK_WINDOW`); yields cache sizes (updated on exit)."""
     global _active
+    window = WINDOW if window is None else window
+    task_window = max(window, TASK_WINDOW)
     if _active:
         raise RuntimeError("shared_pure_work is already active")
     originals = []
-    for module, name in _TARGETS:
-        if not hasattr(module, name):
-            raise RuntimeError(f"{module.__name__}.{name} is gone; update simnet.shared")
-        originals.append((module, name, getattr(module, name)))
-    caches: list[dict[tuple[Any, ...], Any]] = [{} for _ in originals]
+    for owner, name in _TARGETS:
+        if not hasattr(owner, name):
+            raise RuntimeError(f"{owner.__name__}.{name} is gone; update simnet.shared")
+        originals.append((owner, name, getattr(owner, name)))
     canon = _Canon()
+    caches = {
+        "decode_envelope": Recent(window),
+        "decode_payload": Recent(window),
+        "rescore_group": Recent(window),
+        "make_task": Recent(task_window),  # one cache for both patches of each
+        "score_group": Recent(task_window),
+        "signatures_made": Recent(window),  # written by sign, read by verify
+    }
     stats: dict[str, int] = {}
     _active = True
     try:
-        for (module, name, original), cache in zip(originals, caches, strict=True):
+        for owner, name, original in originals:
             if name == "rescore_group":
-                memoized = _memo_rescore(original, cache, canon)
+                memoized = _memo_rescore(original, caches[name], canon)
+            elif name == "make_task":
+                memoized = _memo_make_task(original, caches[name])
+            elif name == "score_group":
+                memoized = _memo_score_group(original, caches[name], canon)
+            elif name == "sign":
+                memoized = _recording_sign(original, caches["signatures_made"])
+            elif name == "verify":
+                memoized = _skip_own_verify(original, caches["signatures_made"])
             else:
-                memoized = _memo_decode(
-                    original, cache, canon, 1 if name == "decode_envelope" else 2
-                )
-            setattr(module, name, memoized)
+                limits_at = 1 if name == "decode_envelope" else 2
+                memoized = _memo_decode(original, caches[name], canon, limits_at)
+            setattr(owner, name, memoized)
         yield stats
     finally:
-        for module, name, original in originals:
-            setattr(module, name, original)
-        for (module, name, _), cache in zip(originals, caches, strict=True):
-            stats[f"{module.__name__}.{name}"] = len(cache)
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+        stats.update((name, len(cache)) for name, cache in caches.items())
         _active = False

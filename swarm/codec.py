@@ -40,14 +40,22 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def _depth_ok(obj: Any, remaining: int) -> bool:
-    if remaining < 0:
+def _depth_ok(obj: Any, max_depth: int) -> bool:
+    """No value nested deeper than `max_depth` (the top object is at depth 0), that is no
+    non-empty list or dict at depth `max_depth`. Walks one level at a time, visiting only
+    containers below the top (scalars are filtered out in bulk, never recursed into)."""
+    if max_depth < 0:
         return False
-    if isinstance(obj, list):
-        return all(_depth_ok(item, remaining - 1) for item in obj)
-    if isinstance(obj, dict):
-        return all(_depth_ok(v, remaining - 1) for v in obj.values())
-    return True
+    level = [obj] if isinstance(obj, (list, dict)) else []
+    for _ in range(max_depth):
+        if not level:
+            return True
+        deeper: list[Any] = []
+        for container in level:
+            items = container.values() if isinstance(container, dict) else container
+            deeper += [x for x in items if isinstance(x, (list, dict))]
+        level = deeper
+    return not any(level)  # containers at depth max_depth must be empty
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -250,5 +251,54 @@ def test_queue_is_bounded_in_bytes_too(net_name: str) -> None:
         await started(c)
         await c.publish("t", b"x" * 20_000)
         assert b.pending() == 1 and (await b.receive()).data == b"x" * 20_000
+
+    asyncio.run(main())
+
+
+def test_deliver_now_is_enqueue_then_receive(net_name: str) -> None:
+    """Same messages, drops, delivered count and queue state as `enqueue` followed by
+    `receive`, whether the queue is empty (the shortcut) or not (the queue is used)."""
+
+    async def main() -> None:
+        config = MemoryTransportConfig(
+            network=net_name, max_message_bytes=50_000, max_queued_bytes=10_000
+        )
+        plain, quick = (MemoryTransport(config, peer, queue_size=2) for peer in ("p", "q"))
+
+        def run_now(coro: Any) -> Any:
+            with pytest.raises(StopIteration) as stop:
+                coro.send(None)  # a receive from a non-empty queue never suspends
+            return stop.value.value
+
+        offers = [("t", b"early", "a")]  # before start: not_running
+        results: dict[str, list[object]] = {"p": [], "q": []}
+
+        def offer_all(items: list[tuple[str, bytes, str]]) -> None:
+            for topic, data, source in items:
+                if plain.enqueue(topic, data, source=source):
+                    results["p"].append(run_now(plain.receive()))  # returns at once
+                else:
+                    results["p"].append(None)
+                results["q"].append(quick.deliver_now(topic, data, source=source))
+
+        offer_all(offers)
+        for transport in (plain, quick):
+            await transport.start()
+            await transport.subscribe("t")
+        offer_all([("u", b"other topic", "a"), ("t", b"x" * 20_000, "b"), ("t", b"y", "c")])
+        # A backlog (queued by enqueue): deliver_now goes through the queue, oldest first.
+        for transport in (plain, quick):
+            assert transport.enqueue("t", b"backlog", source="d")
+        offer_all([("t", b"z" * 9_000, "e"), ("t", b"w", "f")])
+        assert results["p"] == results["q"]
+        # z does not fit behind the backlog (queue_full); w does, and the backlog comes out.
+        assert [m.data[:1] if m else None for m in results["q"]] == [
+            None, None, b"x", b"y", None, b"b"
+        ]  # fmt: skip
+        assert isinstance(results["q"][2], MemoryMessage) and results["q"][2].source == "b"
+        for attr in ("drops", "delivered", "queued_bytes"):
+            assert getattr(plain, attr) == getattr(quick, attr), attr
+        assert plain.pending() == quick.pending() == 1
+        assert quick.drops == {"not_running": 1, "not_subscribed": 1, "queue_full": 1}
 
     asyncio.run(main())

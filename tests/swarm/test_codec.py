@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from swarm.codec import Limits, pack, unpack
+from swarm.codec import Limits, _depth_ok, pack, unpack
 from swarm.errors import WireError
 
 
@@ -46,6 +50,43 @@ def test_deep_nesting_refused() -> None:
     assert reason(pack(obj), Limits(max_depth=8)) == "malformed"
     shallow: list = [[[1]]]
     assert unpack(pack(shallow), Limits(max_depth=8)) == shallow
+
+
+def _depth_ok_recursive(obj: Any, remaining: int) -> bool:
+    """The codec's first depth check (recursive, one call per value): the reference."""
+    if remaining < 0:
+        return False
+    if isinstance(obj, list):
+        return all(_depth_ok_recursive(item, remaining - 1) for item in obj)
+    if isinstance(obj, dict):
+        return all(_depth_ok_recursive(v, remaining - 1) for v in obj.values())
+    return True
+
+
+_VALUES = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3) | st.binary(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES, st.integers(min_value=-1, max_value=7))
+def test_depth_check_agrees_with_the_recursive_definition(obj: Any, max_depth: int) -> None:
+    assert _depth_ok(obj, max_depth) == _depth_ok_recursive(obj, max_depth)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+def test_depth_check_at_the_boundary(depth: int) -> None:
+    """A scalar at depth d needs max_depth >= d; an empty list at depth d too."""
+    for leaf in (7, []):
+        obj: Any = leaf
+        for _ in range(depth):
+            obj = [obj]
+        assert _depth_ok(obj, depth) and not _depth_ok(obj, depth - 1)
+    assert _depth_ok({"a": [1, {"b": []}]}, 3) and not _depth_ok({"a": [1, {"b": [0]}]}, 3)
 
 
 def test_very_deep_nesting_refused_without_crash() -> None:

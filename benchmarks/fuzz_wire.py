@@ -623,7 +623,7 @@ def corpus_payloads() -> dict[str, tuple[Payload, ...]]:
             DeltaPacket(FAMILY, 0, "dense_fp16", b"", {}),
             DeltaPacket("other", 2**63 - 1, "x" * 64, b"\x00" * 40, {"a" * 256: "b" * 4096}),
         ),
-        "chunk": (*split(inner, 97)[:3], Chunk(b"\x00" * 32, 0, 1, 1, b"\xff" * 32, b"")),
+        "chunk": (*split(inner, 97, sha256(inner))[:3], Chunk(b"\x00" * 32, 0, 1, 1, b"")),
     }
 
 
@@ -857,11 +857,16 @@ class _Sequence:
         self.messages.append([topic, data, via, dt])
 
     def seal(self, identity: Identity, kind: str, payload: bytes, seq: int | None = None) -> bytes:
+        return self.seal_envelope(identity, kind, payload, seq).encode()
+
+    def seal_envelope(
+        self, identity: Identity, kind: str, payload: bytes, seq: int | None = None
+    ) -> Envelope:
         seq = self.next_seq(identity) if seq is None else seq
         round = self.rng.choice((0, 1, 5, 2**63 - 1))
         return seal(
             identity, kind=kind, swarm_id=SWARM_ID, seq=seq, policy_version=round, payload=payload
-        ).encode()
+        )
 
     def big_payload(self, kind: str) -> bytes:
         rng = self.rng
@@ -903,14 +908,15 @@ class _Sequence:
         )  # fmt: skip
         inner_kind = kind if rng.random() < 0.95 else "chunk"
         inner_signer = sender if rng.random() < 0.93 else rng.choice(ATTACKERS)
-        inner = self.seal(inner_signer, inner_kind, payload)
+        sealed = self.seal_envelope(inner_signer, inner_kind, payload)
+        inner, digest = sealed.encode(), sealed.signing_digest
         if rng.random() < 0.08:  # damage before hashing: reassembles, then fails to decode
             inner = mutate_bytes(rng, inner)
         if not inner:
             inner = b"\x00"
         size = self.chunk_data if rng.random() < 0.7 else rng.randint(1, 400)
         size = max(size, -(-len(inner) // MAX_SET_CHUNKS))
-        chunks: list[Any] = split(inner, size)
+        chunks: list[Any] = split(inner, size, digest)
         mutation = rng.randrange(14)
         if mutation == 0 and len(chunks) > 1:
             del chunks[rng.randrange(len(chunks))]
@@ -918,13 +924,14 @@ class _Sequence:
             chunks.insert(rng.randrange(len(chunks) + 1), rng.choice(chunks))
         elif mutation == 2:
             rng.shuffle(chunks)
-        elif mutation == 3:  # corrupted data with a matching chunk hash
-            i = rng.randrange(len(chunks))
-            data = mutate_bytes(rng, chunks[i].data)
-            chunks[i] = dataclasses.replace(chunks[i], data=data, chunk_hash=sha256(data))
-        elif mutation == 4:  # corrupted data, stale chunk hash
+        elif mutation == 3:  # corrupted data (each chunk validly signed by its sender)
             i = rng.randrange(len(chunks))
             chunks[i] = dataclasses.replace(chunks[i], data=mutate_bytes(rng, chunks[i].data))
+        elif mutation == 4:  # two chunks' data swapped
+            i, j = rng.randrange(len(chunks)), rng.randrange(len(chunks))
+            di, dj = chunks[i].data, chunks[j].data
+            chunks[i] = dataclasses.replace(chunks[i], data=dj)
+            chunks[j] = dataclasses.replace(chunks[j], data=di)
         elif mutation == 5:  # a hostile number in one chunk
             i = rng.randrange(len(chunks))
             name = rng.choice(("index", "count", "total_size"))
@@ -933,9 +940,9 @@ class _Sequence:
         elif mutation == 6:  # any field of one chunk, structure-aware
             i = rng.randrange(len(chunks))
             chunks[i] = mutate_value(rng, chunks[i].to_wire())
-        elif mutation == 7:  # the same content under another content hash
+        elif mutation == 7:  # the same content named as another envelope
             fake = sha256(rng.randbytes(8))
-            chunks = [dataclasses.replace(c, content_hash=fake) for c in chunks]
+            chunks = [dataclasses.replace(c, inner_digest=fake) for c in chunks]
         for i, chunk in enumerate(chunks):
             payload = encode_payload(chunk) if isinstance(chunk, Chunk) else pack(chunk)
             signer = sender
@@ -959,7 +966,7 @@ class _Sequence:
                 content = sha256(rng.randbytes(8))
                 for index in rng.sample(range(5), 4):
                     data = rng.randbytes(size)
-                    chunk = Chunk(content, index, 5, 5 * size, sha256(data), data)
+                    chunk = Chunk(content, index, 5, 5 * size, data)
                     payload = encode_payload(chunk)
                     self.add(TOPICS[2], self.seal(sender, "chunk", payload), sender)
 

@@ -1,13 +1,15 @@
 """Splitting an encoded envelope into `Chunk`s and reassembling them, with hard bounds.
 
 A message too large for the transport travels as `count` chunks; each names
-`content_hash` (sha256 of the whole encoded inner envelope), its `index`, the `count`,
-the `total_size` and `chunk_hash` (sha256 of its own `data`). The gossip layer seals each
-chunk as its own signed envelope; this module only sees authenticated chunks and knows
-nothing of envelopes or transports.
+`inner_digest` (the signing digest of the inner envelope, which names the set), its
+`index`, the `count` and the `total_size`. The gossip layer seals each chunk as its own
+signed envelope (the signature covers the chunk's data) and checks the reassembled
+envelope against `inner_digest`; this module only sees authenticated chunks and knows
+nothing of envelopes or transports. It hashes nothing: every byte is hashed once on
+arrival (the chunk's signature) and once more when the inner envelope is verified.
 
 Invariants:
-- Partial sets are keyed by `(sender, content_hash)`, so one sender cannot add pieces to
+- Partial sets are keyed by `(sender, inner_digest)`, so one sender cannot add pieces to
   (or spoil) another sender's message.
 - Memory is bounded: the bytes held by all partial sets together never exceed
   `max_pending_bytes`; one sender's never exceed `max_message_bytes`; there are at most
@@ -20,8 +22,8 @@ Invariants:
   anything is stored. Every chunk must agree with its set's first chunk on `count`,
   `total_size` and topic, carry non-empty data, and the data may never add up to more
   than `total_size` (`bad_chunk`; the set is dropped).
-- Bytes are returned only when all `count` chunks arrived, sizes add up exactly, and
-  the whole content hashes to `content_hash` (`bad_chunk_hash` otherwise).
+- Bytes are returned only when all `count` chunks arrived and their sizes add up
+  exactly; whether they are the envelope `inner_digest` names is the caller's check.
 - A set whose first chunk arrived more than `timeout_s` ago is dropped by `expire`.
 - Every refusal is a `WireError`; nothing else escapes for any chunk values.
 """
@@ -31,7 +33,6 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from swarm.errors import WireError
 from swarm.messages import Chunk
@@ -44,8 +45,9 @@ def sha256(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def split(data: bytes, max_chunk_data: int) -> list[Chunk]:
-    """Cut `data` into chunks of at most `max_chunk_data` bytes each (>= 2 chunks unless small)."""
+def split(data: bytes, max_chunk_data: int, inner_digest: bytes) -> list[Chunk]:
+    """Cut `data` (an encoded envelope whose signing digest is `inner_digest`) into chunks
+    of at most `max_chunk_data` bytes each (>= 2 chunks unless small)."""
     if max_chunk_data < 1:
         raise ValueError("max_chunk_data must be >= 1")
     if not data:
@@ -53,12 +55,12 @@ def split(data: bytes, max_chunk_data: int) -> list[Chunk]:
     count = -(-len(data) // max_chunk_data)
     if count > MAX_CHUNKS:
         raise ValueError(f"{len(data)} bytes need {count} chunks; at most {MAX_CHUNKS} allowed")
-    content_hash = sha256(data)
-    chunks = []
-    for index in range(count):
-        piece = data[index * max_chunk_data : (index + 1) * max_chunk_data]
-        chunks.append(Chunk(content_hash, index, count, len(data), sha256(piece), piece))
-    return chunks
+    if len(inner_digest) != 32:
+        raise ValueError("inner_digest must be 32 bytes")
+    return [
+        Chunk(inner_digest, index, count, len(data), data[start : start + max_chunk_data])
+        for index, start in enumerate(range(0, len(data), max_chunk_data))
+    ]
 
 
 @dataclass
@@ -70,20 +72,10 @@ class _Partial:
     started: float
     parts: dict[int, bytes] = field(default_factory=dict)
     size: int = 0
-    hasher: Any = field(default_factory=hashlib.sha256)
-    """sha256 of parts 0..hashed_upto-1: chunks that arrive in order (the usual case)
-    are hashed as they come, so completing a set does not hash it all at once (an event
-    loop stall of a full pass over the message)."""
-    hashed_upto: int = 0
-
-    def hash_ready_parts(self) -> None:
-        while self.hashed_upto in self.parts:
-            self.hasher.update(self.parts[self.hashed_upto])
-            self.hashed_upto += 1
 
 
 class Reassembler:
-    """Collects authenticated chunks per (sender, content_hash) until a set completes."""
+    """Collects authenticated chunks per (sender, inner_digest) until a set completes."""
 
     def __init__(
         self,
@@ -114,15 +106,13 @@ class Reassembler:
 
     def add(self, sender: str, topic: str, chunk: Chunk, now: float) -> bytes | None:
         """Store one verified-signature chunk; return the whole content once complete."""
-        if sha256(chunk.data) != chunk.chunk_hash:
-            raise WireError("bad_chunk_hash", f"chunk {chunk.index} does not match its hash")
         if chunk.total_size > self.max_message_bytes:
             raise WireError(
                 "oversize", f"chunked message of {chunk.total_size} > {self.max_message_bytes}"
             )
         if not chunk.data:
             raise WireError("bad_chunk", "empty chunk")
-        key = (sender, chunk.content_hash)
+        key = (sender, chunk.inner_digest)
         if key in self._abandoned:
             raise WireError("reassembly_full", "rest of a chunk set dropped for lack of room")
         partial = self._partials.get(key)
@@ -153,7 +143,6 @@ class Reassembler:
             self._abandon(key)
             raise WireError("reassembly_full", detail)
         partial.parts[chunk.index] = chunk.data
-        partial.hash_ready_parts()
         partial.size += size
         self.pending_bytes += size
         self._per_sender[sender] = self.pending_for(sender) + size
@@ -162,10 +151,7 @@ class Reassembler:
         self._discard(key)
         if partial.size != partial.total_size:
             raise WireError("bad_chunk", "chunks add up to less than total_size")
-        whole = b"".join(partial.parts[i] for i in range(partial.count))
-        if partial.hasher.digest() != chunk.content_hash:
-            raise WireError("bad_chunk_hash", "reassembled content does not match its hash")
-        return whole
+        return b"".join(partial.parts[i] for i in range(partial.count))
 
     def expire(self, now: float) -> int:
         """Drop sets older than the timeout; return how many were dropped."""

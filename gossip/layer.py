@@ -19,13 +19,16 @@ its reason in `counters.dropped`):
    (unchunked) envelope must fit `config.max_envelope_bytes` (`oversize`).
 4. `duplicate` if its (sender, seq) or the digest of what it signed was accepted before.
 5. `rate_limited` by the sender's token bucket (chunks count one each).
-6. Chunks (kind `chunk`): payload decoded with wire limits, `duplicate` if that content
-   was already reassembled, then the `Reassembler`'s checks (`bad_chunk_hash` per chunk,
-   `oversize`, `bad_chunk`, `reassembly_full`; a sender's older partial sets making room
-   for its newer one count as `reassembly_evicted`). Once complete and whole-hash verified,
-   the inner envelope is decoded with `config.max_envelope_bytes` limits, must be signed
-   by the chunks' sender (`sender_mismatch`), must not itself be a chunk
-   (`nested_chunk`), and goes through the duplicate check of step 4 again.
+6. Chunks (kind `chunk`): payload decoded with wire limits, `duplicate` if the envelope
+   its `inner_digest` names was already accepted, then the `Reassembler`'s checks
+   (`oversize`, `bad_chunk`, `reassembly_full`; a sender's older partial sets making
+   room for its newer one count as `reassembly_evicted`). Once complete, the inner
+   envelope is decoded with `config.max_envelope_bytes` limits (its signature verified),
+   must be the one the chunks named (its signing digest is their `inner_digest`:
+   `bad_chunk_hash` otherwise), signed by the chunks' sender (`sender_mismatch`), not
+   itself a chunk (`nested_chunk`), and goes through the duplicate check of step 4
+   again. A large message's bytes are hashed twice on arrival (its chunks' signatures,
+   its inner signature) and twice when sent.
 7. The payload is decoded by kind (`bad_payload`, `malformed`, `oversize`), and on a
    topic of this swarm (`swarm.transport` names) its kind must be the topic's kind, a
    delta's family the topic's family (`wrong_topic`).
@@ -247,7 +250,7 @@ class Gossip:
         else:
             wires = [
                 self._seal(Chunk.KIND, version, encode_payload(chunk)).encode()
-                for chunk in split(data, self.chunk_data_bytes)
+                for chunk in split(data, self.chunk_data_bytes, envelope.signing_digest)
             ]
         sent = 0
         for wire in wires:
@@ -291,7 +294,7 @@ class Gossip:
 
     def _chunk_overhead(self) -> int:
         """Exact size of a chunk envelope of this node with empty data, plus slack."""
-        probe = Chunk(b"\0" * 32, MAX_CHUNKS - 1, MAX_CHUNKS, 1 << 34, b"\0" * 32, b"")
+        probe = Chunk(b"\0" * 32, MAX_CHUNKS - 1, MAX_CHUNKS, 1 << 34, b"")
         envelope = Envelope(
             0, Chunk.KIND, self.swarm_id, self.peer_id, MAX_SEQ, MAX_SEQ,
             encode_payload(probe), b"\0" * 64,
@@ -379,8 +382,8 @@ class Gossip:
         chunk = decode_payload(Chunk.KIND, envelope.payload, self._wire_payload_limits)
         if not isinstance(chunk, Chunk):
             raise WireError("malformed", "chunk payload did not decode to a chunk")
-        if self._seen.has_hash(chunk.content_hash):
-            raise WireError("duplicate", "content already reassembled")
+        if self._seen.has_hash(chunk.inner_digest):
+            raise WireError("duplicate", "the envelope these chunks carry was accepted")
         evicted = self._reassembly.evicted
         try:
             whole = self._reassembly.add(envelope.sender, topic, chunk, self.clock.now())
@@ -390,8 +393,9 @@ class Gossip:
         self.counters.received[Chunk.KIND] += 1
         if whole is None:
             return None
-        self._seen.add_hash(chunk.content_hash)
         inner = decode_envelope(whole, self._inner_limits, self.swarm_id)
+        if inner.signing_digest != chunk.inner_digest:
+            raise WireError("bad_chunk_hash", "the chunks do not reassemble the envelope they name")
         if inner.sender != envelope.sender:
             raise WireError("sender_mismatch", "chunks and inner envelope have other signers")
         if inner.kind == Chunk.KIND:
@@ -399,7 +403,7 @@ class Gossip:
         # No floor here: see gossip.seen (this seq precedes its chunks' own seqs).
         if self._seen.has_pair(inner.sender, inner.seq, use_floor=False):
             raise WireError("duplicate", f"inner seq {inner.seq}")
-        self._seen.add(inner.sender, inner.seq, chunk.content_hash)
+        self._seen.add(inner.sender, inner.seq, inner.signing_digest)
         return self._finish(topic, inner, len(whole), self._inner_payload_limits)
 
     def _finish(self, topic: str, envelope: Envelope, size: int, limits: Limits) -> Received:

@@ -1,25 +1,36 @@
-"""Held-out evaluation: greedy accuracy on a fixed set of task references.
+"""Held-out evaluation: greedy accuracy on fixed sets of task references.
 
 Invariants:
-- The held-out set is `num_tasks` references drawn from this node's own mixture by a
-  task stream of its own seed (`eval.seed`, default derived from `tasks.seed`), fixed for
-  the node's life and identical after a restart: scores are comparable across rounds.
+- By default the held-out set is `num_tasks` references drawn from this node's own
+  mixture by a task stream of its own seed (`eval.seed`, default derived from
+  `tasks.seed`). With `eval.sources`, there is one set of `num_tasks` per source, each
+  drawn by a single-source stream of that same seed, so a node can be scored on the
+  specialties of other nodes too. Every set is fixed for the node's life and identical
+  after a restart: scores are comparable across rounds.
 - Never trained on: this node's training stream uses another seed, and peers' groups
   whose task seed is a held-out seed are refused (`held_out_task`, not the peer's fault;
-  `is_held_out`). A peer could only collide by choosing our derived seed.
-- `due(round)` is every `eval.every` rounds (never when 0); the round loop also
-  evaluates after its last round.
+  `is_held_out`), whatever their source. A peer could only collide by choosing our
+  derived seed.
+- A round's record (`eval_record`) pools every set: `accuracy` and `finished` are means
+  over all held-out tasks, `n` their count. With `eval.sources` it adds `sources`:
+  per source, its own accuracy and count (`combine_results` is the pure pooling).
+- `due(round)` is every `eval.every` rounds (never when 0), at the start of the round.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from node.learner import EvalResult
 from rewards.mixture import TaskStream
 from swarm.config import NodeConfig
+from swarm.config.learning import TaskSpec
 from swarm.messages import TaskRef
+
+MIXTURE = "mixture"
+"""Name of the single held-out set drawn from the node's own mixture (no `eval.sources`)."""
 
 
 def held_out_seed(config: NodeConfig) -> int:
@@ -30,17 +41,31 @@ def held_out_seed(config: NodeConfig) -> int:
     return int.from_bytes(digest.digest(), "big") >> 1
 
 
+def held_out_sets(config: NodeConfig) -> dict[str, list[TaskRef]]:
+    """The held-out references by set name: `{MIXTURE: refs}`, or one set per source."""
+    seed = held_out_seed(config)
+    n = config.eval.num_tasks
+    if config.eval.sources is None:
+        tasks = config.tasks.model_copy(update={"seed": seed})
+        return {MIXTURE: TaskStream(tasks, config.model.seed).next_refs(n)}
+    sets = {}
+    for source in config.eval.sources:
+        tasks = config.tasks.model_copy(update={"seed": seed, "mixture": [TaskSpec(source=source)]})
+        sets[source] = TaskStream(tasks, config.model.seed).next_refs(n)
+    return sets
+
+
 class HeldOut:
     """The fixed held-out references of one node."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.every = config.eval.every
-        tasks = config.tasks.model_copy(update={"seed": held_out_seed(config)})
-        self.refs: list[TaskRef] = TaskStream(tasks, config.model.seed).next_refs(
-            config.eval.num_tasks
-        )
+        self.per_source = config.eval.sources is not None
+        self.sets = held_out_sets(config)
+        self.refs: list[TaskRef] = [ref for refs in self.sets.values() for ref in refs]
         self.seeds = frozenset(ref.seed for ref in self.refs)
         self.max_new_tokens = config.eval.max_new_tokens or config.sampler.max_new_tokens
+        self.samples = config.eval.samples
 
     def due(self, round_done: int) -> bool:
         return self.every > 0 and round_done % self.every == 0
@@ -49,12 +74,37 @@ class HeldOut:
         return ref.seed in self.seeds
 
 
-def eval_record(result: EvalResult, policy_version: int) -> dict[str, Any]:
-    """The `eval` entry of a round's metrics record."""
-    return {
-        "accuracy": round(result.accuracy, 6),
-        "n": result.n,
-        "finished": round(result.finished, 6),
+def combine_results(results: Mapping[str, EvalResult]) -> EvalResult:
+    """Pool per-set results into one: accuracy and finished weighted by each set's size,
+    counts and seconds summed (ValueError when there is no result)."""
+    if not results:
+        raise ValueError("no evaluation results to combine")
+    if len(results) == 1:
+        return next(iter(results.values()))
+    n = sum(r.n for r in results.values())
+    weights = n or 1
+    return EvalResult(
+        accuracy=sum(r.accuracy * r.n for r in results.values()) / weights,
+        n=n,
+        seconds=sum(r.seconds for r in results.values()),
+        finished=sum(r.finished * r.n for r in results.values()) / weights,
+    )
+
+
+def eval_record(
+    results: Mapping[str, EvalResult], policy_version: int, per_source: bool = False
+) -> dict[str, Any]:
+    """The `eval` entry of a round's metrics record (with `sources` when `per_source`)."""
+    pooled = combine_results(results)
+    record: dict[str, Any] = {
+        "accuracy": round(pooled.accuracy, 6),
+        "n": pooled.n,
+        "finished": round(pooled.finished, 6),
         "policy_version": policy_version,
-        "seconds": round(result.seconds, 4),
+        "seconds": round(pooled.seconds, 4),
     }
+    if per_source:
+        record["sources"] = {
+            name: {"accuracy": round(r.accuracy, 6), "n": r.n} for name, r in results.items()
+        }
+    return record

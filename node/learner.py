@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from swarm.messages import DeltaPacket, RolloutGroup, TaskRef
+from swarm.messages import MAX_LOGPROB_TOKENS, DeltaPacket, RolloutGroup, TaskRef
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,12 @@ class LocalGroup:
     finished: tuple[bool, ...] = ()
     """Per completion: ended with a stop token (EOS). Empty: unknown (all False)."""
 
-    def to_wire(self, model_id: str, policy_version: int) -> RolloutGroup:
+    def to_wire(self, model_id: str, policy_version: int, model_family: str = "") -> RolloutGroup:
+        """The group for the wire; with `model_family`, its sampler logprobs too (left out
+        if any completion has more than the wire's `MAX_LOGPROB_TOKENS`)."""
+        lps = self.sampler_logprobs or ()
+        if not model_family or any(len(lp) > MAX_LOGPROB_TOKENS for lp in lps):
+            lps = ()
         return RolloutGroup(
             task=self.ref,
             prompt=self.prompt,
@@ -37,6 +42,8 @@ class LocalGroup:
             model_id=model_id,
             policy_version=policy_version,
             finished=self.finished,
+            model_family=model_family,
+            logprobs=lps,
         )
 
 
@@ -52,6 +59,25 @@ class ExternalGroup:
     """The sender's EOS bit per completion (the local EOS is appended where set)."""
     source: str | None = None
     """The task's source (the prompt renderer's few-shot examples are of that source)."""
+    model_family: str = ""
+    """The sender's model family as it claims it on the wire ("" if not given)."""
+    sampler_logprobs: tuple[tuple[float, ...], ...] = ()
+    """The sender's sampler logprobs per completion (empty: not carried); comparable with
+    ours only where `model_family` is ours."""
+
+    @classmethod
+    def of(cls, sender: str, group: RolloutGroup, rewards: tuple[float, ...]) -> ExternalGroup:
+        """A pool entry's group with the rewards we computed for it."""
+        return cls(
+            sender,
+            group.prompt,
+            group.completions,
+            rewards,
+            group.finished,
+            group.task.source,
+            group.model_family,
+            group.logprobs,
+        )
 
 
 @dataclass
@@ -72,7 +98,7 @@ class TrainResult:
 
 @dataclass
 class EvalResult:
-    """Greedy decoding on held-out tasks."""
+    """Greedy (or sampled, `eval.samples`) decoding on held-out tasks."""
 
     accuracy: float
     """Mean correctness (no format reward) in [0, 1]."""
@@ -97,8 +123,9 @@ class Learner(Protocol):
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult: ...
 
-    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
-        """Greedy accuracy on `refs` (no training, no RNG drawn)."""
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int, samples: int = 0) -> EvalResult:
+        """Greedy accuracy on `refs` (`samples` = 0), or the mean correctness of `samples`
+        sampled completions per task from a fixed seed (no training, no shared RNG drawn)."""
         ...
 
     def receive_delta(

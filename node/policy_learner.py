@@ -142,18 +142,23 @@ class PolicyLearner:
             )
         return SampleResult(groups, sampled - start, time.perf_counter() - sampled, version)
 
-    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int, samples: int = 0) -> EvalResult:
         start = time.perf_counter()
         tasks = [make_task(ref) for ref in refs]
-        greedy = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+        params = SamplingParams(max_new_tokens, self.params.temperature, self.params.top_p)
+        if samples == 0:
+            params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
         prompts = [self.renderer.ids(t.prompt, t.ref.source) for t in tasks]
         with self._sampler_lock:
-            outputs = self.sampler.generate(prompts, 1, greedy, seed=0)
+            outputs = self.sampler.generate(prompts, max(samples, 1), params, seed=0)
         scores = [
-            correctness(task, completions[0].text, self.rewards_config)
+            correctness(task, c.text, self.rewards_config)
             for task, completions in zip(tasks, outputs, strict=True)
+            for c in completions
         ]
-        ended = [bool(c[0].token_ids) and c[0].token_ids[-1] in self.stop_ids for c in outputs]
+        ended = [
+            bool(c.token_ids) and c.token_ids[-1] in self.stop_ids for cs in outputs for c in cs
+        ]
         return EvalResult(
             accuracy=sum(scores) / max(len(scores), 1),
             n=len(scores),
@@ -182,6 +187,7 @@ class PolicyLearner:
                 completions=list(e.completions),
                 rewards=list(e.rewards),
                 finished=list(e.finished) if e.finished and self.foreign_eos else None,
+                sampler_logprobs=self._peer_logprobs(e),
                 local=False,
                 prompt_ids=self.renderer.ids(e.prompt, e.source),
             )
@@ -190,6 +196,18 @@ class PolicyLearner:
         stats = self.trainer.step(groups)
         self._sync_sampler()
         return TrainResult(stats.as_dict(), time.perf_counter() - start)
+
+    def _peer_logprobs(self, e: ExternalGroup) -> list[list[float]] | None:
+        """A peer's sampler logprobs for the trainer: only from a peer of our model family
+        (our tokenizer and base), and without the stop token's where the trainer appends
+        no EOS (`foreign_eos` off), so they line up with the tokens it trains."""
+        if not e.sampler_logprobs or e.model_family != self.model_family:
+            return None
+        ended = e.finished or (False,) * len(e.completions)
+        return [
+            list(lp[:-1]) if done and lp and not self.foreign_eos else list(lp)
+            for lp, done in zip(e.sampler_logprobs, ended, strict=True)
+        ]
 
     def receive_delta(
         self, sender: str, sender_version: int, packet: DeltaPacket, arrival_round: int

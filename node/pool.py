@@ -1,10 +1,11 @@
 """The rollout pool: external groups waiting to be trained on.
 
 Invariants:
-- Bounded: at most `max_groups` entries and `max_bytes` of text; when full, an entry of
-  the sender holding the most entries goes (the stalest of theirs; ties: the newest
-  arrival), so a flooding sender pushes out its own groups before anyone else's, and a
-  crowd of fresh (sybil) keys cannot push out the groups already held.
+- Bounded: at most `max_groups` entries and `max_bytes` of text and logprobs (4 bytes a
+  token); when full, an entry of the sender holding the most entries goes (the stalest
+  of theirs; ties: the newest arrival), so a flooding sender pushes out its own groups
+  before anyone else's, and a crowd of fresh (sybil) keys cannot push out the groups
+  already held.
 - Only groups that were re-scored locally enter (the caller re-scores; advisory rewards
   from peers are never stored as training rewards), and zero-variance groups never enter.
 - Staleness is `swarm.staleness.StalenessRule`: an entry is usable for `max_staleness`
@@ -37,8 +38,11 @@ SenderVersion = Callable[[str], int]
 """sender -> the policy version that sender currently runs."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PoolEntry:
+    """One held group. Compared by identity: `arrival` is unique per pool, so no two
+    entries were ever equal field by field, and `list.remove` need not compare groups."""
+
     sender: str
     arrival_round: int
     """Our `rounds_done` when the group arrived."""
@@ -91,7 +95,8 @@ class RolloutPool:
         if version_lag(sender_version, group.policy_version) > self.rule.max_version_lag:
             self.evicted["stale_on_arrival"] += 1
             return "stale_version"
-        size = len(group.prompt) + sum(len(c) for c in group.completions)
+        size = len(group.prompt) + sum(map(len, group.completions))
+        size += 4 * sum(map(len, group.logprobs))  # as on the wire (float32)
         if size > self.max_bytes:
             self.evicted["too_large"] += 1
             return "too_large"
@@ -126,11 +131,30 @@ class RolloutPool:
         self.bytes_held -= entry.size_bytes
 
     def evict_stale(self, own_round: int, sender_version: SenderVersion, now: float) -> int:
-        stale = [e for e in self.entries if not self.usable(e, own_round, sender_version, now)]
-        for entry in stale:
-            self._remove(entry)
-        self.evicted["stale"] += len(stale)
-        return len(stale)
+        """Remove every entry `usable` refuses (asking `sender_version` once per sender:
+        it must not change during the call); keeps the others in order."""
+        versions: dict[str, int] = {}
+        usable = self.rule.usable
+        keep: list[PoolEntry] = []
+        for entry in self.entries:
+            version = versions.get(entry.sender)
+            if version is None:
+                version = versions[entry.sender] = sender_version(entry.sender)
+            if usable(
+                own_round=own_round,
+                arrival_round=entry.arrival_round,
+                item_version=entry.group.policy_version,
+                sender_version=version,
+                now=now,
+                arrival_time=entry.arrival_time,
+            ):
+                keep.append(entry)
+            else:
+                self.bytes_held -= entry.size_bytes
+        stale = len(self.entries) - len(keep)
+        self.entries[:] = keep
+        self.evicted["stale"] += stale
+        return stale
 
     def select(
         self,

@@ -353,10 +353,12 @@ class Node:
         before any training), off the loop."""
         if not self.held_out.due(self.rounds_done):
             return None
-        result = await self.offload(
-            self.learner.evaluate, self.held_out.refs, self.held_out.max_new_tokens
-        )
-        return eval_record(result, self.learner.policy_version)
+        held = self.held_out
+        results = {
+            name: await self.offload(self.learner.evaluate, refs, held.max_new_tokens, held.samples)
+            for name, refs in held.sets.items()
+        }
+        return eval_record(results, self.learner.policy_version, self.held_out.per_source)
 
     async def run_round(self) -> dict[str, Any]:
         sapo = self.config.sapo
@@ -370,7 +372,10 @@ class Node:
             else self.learner.policy_version
         )
         batch = RolloutBatch(
-            tuple(g.to_wire(self.learner.model_id, sampled_version) for g in sampled.groups)
+            tuple(
+                g.to_wire(self.learner.model_id, sampled_version, self.learner.model_family)
+                for g in sampled.groups
+            )
         )
         # Publishing overlaps training: peers get our groups sooner and the round is not
         # held up by the network. It is awaited before the round ends (errors surface).
@@ -396,17 +401,7 @@ class Node:
             # At selection: the round's training lets senders move on meanwhile.
             chosen_ages = self.pool.ages_of(chosen, own_round)
             chosen_lags = self.pool.lags_of(chosen, self.intake.sender_version)
-            external = [
-                ExternalGroup(
-                    e.sender,
-                    e.group.prompt,
-                    e.group.completions,
-                    e.rewards,
-                    e.group.finished,
-                    e.group.task.source,
-                )
-                for e in chosen
-            ]
+            external = [ExternalGroup.of(e.sender, e.group, e.rewards) for e in chosen]
             more = self.last_round is None or self.rounds_done + 1 < self.last_round
             if more and not self.stop_requested.is_set():
                 self.own_samples.sample_ahead(self.rounds_done + 1)  # with sampler.overlap

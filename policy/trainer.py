@@ -19,11 +19,25 @@ Per step:
    term and the token normalizers are not reweighted), so a peer's oversized group
    counts as one local group at most in the gradient and never dominates a step.
 4. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
-   computed before the update and detached. Foreign completions thus start at ratio 1:
-   the peer's behaviour policy is unknown, so there is no ratio against its logprobs.
-   For local completions with sampler logprobs, truncated importance weights
+   computed before the update and detached (the PPO ratio starts at 1). For local
+   completions with sampler logprobs, truncated importance weights
    min(exp(old - sampler), importance_cap) correct the sampler/trainer mismatch
-   (a different backend, or samples from an older policy version).
+   (a different backend, or samples from an older policy version): AReaL's decoupled
+   objective, old = the proximal policy, sampler = the behaviour policy.
+   Peers' completions (`policy.offpolicy`, config `peer_offpolicy`, `foreign_rule`):
+   - `peer_offpolicy = "tis"` and the group carries the peer's sampler logprobs (the
+     caller gives them only for a peer of our model family, i.e. our tokenizer and base)
+     and the completion re-tokenizes to exactly that many tokens: the same truncated
+     weights as local samples (`n_peer_tis`). A count that differs (the peer sampled a
+     non-canonical tokenization, or its text was truncated here) falls back to the
+     foreign rule (`n_peer_mismatch`). A peer's claimed logprobs can raise its tokens'
+     weight to `importance_cap` at most (never more), as a stale sample of our own can.
+   - otherwise `foreign_rule`: `ratio_one` trains the completion at weight 1
+     (`n_peer_ratio_one`); `plausible` leaves it out of the loss (weight 0, and out of
+     the step's normalizers) when its mean per-token old logprob is below
+     `min_mean_logprob` (`n_peer_implausible`), else trains it at weight 1
+     (`n_peer_plausible`). Left-out completions still count in their group's
+     advantages (computed in 2., from real rewards).
 5. `num_iterations` optimizer steps on the configured loss (`policy.losses.LOSSES`),
    gradients accumulated over micro-batches (`micro_batch_size` sequences each) with the
    whole step's normalizers, clipped to `max_grad_norm`, at the learning rate
@@ -51,7 +65,8 @@ from typing import Any
 import torch
 
 from policy.advantages import group_advantages, is_degenerate, keep_mask
-from policy.losses import LOSSES, truncated_importance_weights
+from policy.losses import LOSSES
+from policy.offpolicy import plausible, tis_or_one
 from policy.precision import compute_context, lr_factor
 from policy.prompts import PromptRenderer
 from policy.sampler import encode_completion, stop_token_ids
@@ -68,9 +83,11 @@ class TrainGroup:
     completion_token_ids: list[list[int]] | None = None
     """Sampled ids (local groups); None re-tokenizes the text (foreign groups)."""
     sampler_logprobs: list[list[float]] | None = None
-    """Per-token sampler logprobs matching `completion_token_ids` (for importance weights)."""
+    """Per-token sampler logprobs matching `completion_token_ids` (for importance weights);
+    for a peer's group, the peer's own (give them only for a peer of our model family)."""
     local: bool = True
-    """False for a peer's group: its token ids and logprobs are ignored even if given."""
+    """False for a peer's group: its token ids are ignored (the text is re-tokenized) and
+    its `sampler_logprobs` are used only per `train.peer_offpolicy`."""
     finished: list[bool] | None = None
     """For re-tokenized completions: which ended with EOS (the local EOS is appended)."""
     prompt_ids: list[int] | None = None
@@ -111,6 +128,20 @@ class StepStats:
     kl: float = 0.0
     grad_norm: float = 0.0
     importance_weight_mean: float = 1.0
+    """Mean truncated importance weight over local tokens with sampler logprobs."""
+    n_peer_tis: int = 0
+    """Peer completions trained with truncated importance weights against their logprobs."""
+    n_peer_mismatch: int = 0
+    """Peer completions whose carried logprobs did not match their local token count
+    (they got `foreign_rule`, counted there too)."""
+    n_peer_ratio_one: int = 0
+    """Peer completions trained at weight 1 (`foreign_rule = "ratio_one"`)."""
+    n_peer_plausible: int = 0
+    """Peer completions the `plausible` rule kept (trained at weight 1)."""
+    n_peer_implausible: int = 0
+    """Peer completions the `plausible` rule left out of the loss."""
+    peer_weight_mean: float = 1.0
+    """Mean truncated importance weight over `n_peer_tis` completions' tokens."""
     reward_mean: float = 0.0
     """Mean reward over every completion of every group given (trained or skipped)."""
     policy_version: int = 0
@@ -133,10 +164,10 @@ class _Row:
     start: int
     advantage: float
     sampler_logprobs: list[float] | None
-
-
-def _pad(values: list[list[float]], width: int, fill: float) -> torch.Tensor:
-    return torch.tensor([v + [fill] * (width - len(v)) for v in values], dtype=torch.float32)
+    peer: bool = False
+    """A peer's completion (its weights are reported apart from local ones)."""
+    check_plausible: bool = False
+    """Leave it out of the loss if the local policy finds it implausible."""
 
 
 def _train_mode_without_dropout(model: torch.nn.Module) -> None:
@@ -235,8 +266,29 @@ class Trainer:
                 if stats is not None:
                     stats.n_too_long += 1
                 continue
-            rows.append(_Row(prompt_ids + ids, len(prompt_ids), float(adv[i]), sampler_lp))
+            row = _Row(prompt_ids + ids, len(prompt_ids), float(adv[i]), sampler_lp)
+            if not group.local:
+                peer_lp = group.sampler_logprobs[i] if group.sampler_logprobs else None
+                self._peer_treatment(row, len(ids), peer_lp, stats)
+            rows.append(row)
         return rows
+
+    def _peer_treatment(
+        self, row: _Row, n_ids: int, peer_lp: list[float] | None, stats: StepStats | None
+    ) -> None:
+        """Set a peer row's weights rule (see the module docstring, point 4)."""
+        stats = stats if stats is not None else StepStats()
+        row.peer = True
+        if self.config.peer_offpolicy == "tis" and peer_lp is not None:
+            if len(peer_lp) == n_ids:
+                row.sampler_logprobs = list(peer_lp)
+                stats.n_peer_tis += 1
+                return
+            stats.n_peer_mismatch += 1
+        if self.config.foreign_rule == "plausible":
+            row.check_plausible = True  # counted once old logprobs are known
+        else:
+            stats.n_peer_ratio_one += 1
 
     def _logprobs(self, model: Any, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
         """(completion logprobs [B, T], mask [B, T]) of `rows` under `model`."""
@@ -272,6 +324,46 @@ class Trainer:
         size = self.config.micro_batch_size
         return [rows[i : i + size] for i in range(0, len(rows), size)]
 
+    def _weights(
+        self, micro: list[list[_Row]], old: list[torch.Tensor], stats: StepStats
+    ) -> tuple[list[torch.Tensor | None], int, int]:
+        """Per micro-batch token weights (None: all 1), and the rows and tokens the
+        plausibility rule left out; fills the weight means and plausibility counters."""
+        weights: list[torch.Tensor | None] = []
+        sums = {False: [0.0, 0], True: [0.0, 0]}  # peer? -> [weight sum, tokens]
+        left_out, left_out_tokens = 0, 0
+        for mb, old_lp in zip(micro, old, strict=True):
+            t = old_lp.shape[1]
+            lengths = torch.tensor([len(r.ids) - r.start for r in mb], device=self.device)
+            valid = torch.arange(t, device=self.device)[None] < lengths[:, None]
+            w = None
+            if any(r.sampler_logprobs is not None for r in mb):
+                lps = [r.sampler_logprobs for r in mb]
+                w = tis_or_one(old_lp, lps, valid, self.config.importance_cap)
+                for i, r in enumerate(mb):
+                    if r.sampler_logprobs is not None:
+                        sums[r.peer][0] += float(w[i][valid[i]].sum())
+                        sums[r.peer][1] += int(valid[i].sum())
+            check = torch.tensor([r.check_plausible for r in mb], device=self.device)
+            if bool(check.any()):
+                ok = plausible(old_lp, valid, self.config.min_mean_logprob)
+                drop = check & ~ok
+                stats.n_peer_plausible += int((check & ok).sum())
+                stats.n_peer_implausible += int(drop.sum())
+                left_out += int(drop.sum())
+                left_out_tokens += int(lengths[drop].sum())
+                if bool(drop.any()):
+                    w = w if w is not None else torch.ones_like(old_lp)
+                    w = w * (~drop).to(w.dtype)[:, None]
+            weights.append(w)
+        for peer, (total, n) in sums.items():
+            mean = total / n if n else 1.0
+            if peer:
+                stats.peer_weight_mean = mean
+            else:
+                stats.importance_weight_mean = mean
+        return weights, left_out, left_out_tokens
+
     def step(self, groups: list[TrainGroup]) -> StepStats:
         """One batch: `num_iterations` optimizer steps (none if nothing to train)."""
         started = time.perf_counter()
@@ -300,27 +392,13 @@ class Trainer:
         micro = self._micro_batches(rows)
         old = self._no_grad_logprobs(self.model, rows)
         ref = self._no_grad_logprobs(self.ref_model, rows) if self.ref_model is not None else None
-        weights: list[torch.Tensor | None] = []
-        w_sum, w_n = 0.0, 0
-        for mb, old_lp in zip(micro, old, strict=True):
-            if all(r.sampler_logprobs is None for r in mb):
-                weights.append(None)
-                continue
-            t = old_lp.shape[1]
-            sampler = _pad(
-                [r.sampler_logprobs if r.sampler_logprobs is not None else [] for r in mb], t, 0.0
-            ).to(self.device)
-            w = truncated_importance_weights(old_lp, sampler, self.config.importance_cap)
-            has = torch.tensor([r.sampler_logprobs is not None for r in mb], device=self.device)
-            lengths = torch.tensor([len(r.ids) - r.start for r in mb], device=self.device)
-            valid = has[:, None] & (torch.arange(t, device=self.device)[None] < lengths[:, None])
-            w = torch.where(valid, w, torch.ones_like(w))
-            w_sum += float(w[valid].sum())
-            w_n += int(valid.sum())
-            weights.append(w)
-        n_tokens = sum(len(r.ids) - r.start for r in rows)
+        weights, n_left_out, tokens_left_out = self._weights(micro, old, stats)
+        if n_left_out == len(rows):
+            stats.seconds = time.perf_counter() - started
+            return stats
+        n_tokens = sum(len(r.ids) - r.start for r in rows) - tokens_left_out
         norm = {
-            "num_sequences": len(rows),
+            "num_sequences": len(rows) - n_left_out,
             "num_tokens": n_tokens,
             # Dr. GRPO's constant: the sampling budget, else this step's longest completion
             # (one constant for every micro-batch of the step).
@@ -365,12 +443,11 @@ class Trainer:
             self.policy_version += 1
         self.optimizer.zero_grad(set_to_none=True)
         stats.loss = loss_total
-        stats.n_sequences = len(rows)
+        stats.n_sequences = len(rows) - n_left_out
         stats.n_tokens = n_tokens
         stats.clip_frac = clip_tokens / max(n_tokens, 1)
         stats.kl = kl_tokens / max(n_tokens, 1)
         stats.grad_norm = float(grad_norm)
-        stats.importance_weight_mean = w_sum / w_n if w_n else 1.0
         stats.policy_version = self.policy_version
         stats.timings["update"] = time.perf_counter() - t_update
         stats.seconds = time.perf_counter() - started

@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import deque
 from collections.abc import Callable
@@ -258,6 +259,7 @@ class Attacker:
         whole = self._sealed(identity, "rollouts", self._batch(padded))
         # At least 4 chunks whatever the size, so that half of them is never the whole.
         chunk_data = min(self.max_message_bytes - 512, len(whole) // 4 + 1)
-        chunks = split(whole, chunk_data)
+        # The set never completes, so any 32-byte name does (the real one: its signing digest).
+        chunks = split(whole, chunk_data, hashlib.sha256(whole).digest())
         for chunk in chunks[: max(1, len(chunks) // 2)]:
             self._send(self.rollouts, self._sealed(identity, Chunk.KIND, encode_payload(chunk)))

@@ -14,8 +14,9 @@ Invariants:
   the new weights, before the node trains or resumes (a resume then overwrites them).
   It requires `train.beta == 0` and deltas off, because the trainer's reference copy
   and the delta exchange snapshot the initial weights at construction (the scenario
-  refuses other combinations at load). The learner's `model_family` still names the
-  random initial weights it was built with.
+  refuses other combinations at load). It also renames the learner's `model_family`
+  after the base, so nodes of one base are of one family (peers' sampler logprobs are
+  used only within a family, `train.peer_offpolicy`).
 - torch is imported only here (and only for real-model scenarios).
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from policy.loading import load_policy_model
+from policy.loading import load_policy_model, model_family
 from policy.warmstart import supervised_warmup
 from rewards.mixture import TaskStream
 from rewards.tasks import make_task
@@ -58,6 +59,10 @@ def base_state(model: str, seed: int, spec: WarmStartSpec) -> dict[str, torch.Te
 
 
 def apply_base(learner: Any, state: dict[str, torch.Tensor]) -> None:
-    """Load `state` into a freshly built `node.policy_learner.PolicyLearner`."""
+    """Load `state` into a freshly built `node.policy_learner.PolicyLearner`, and name
+    its model family after that base (every node of one base is then of one family, as
+    nodes loading one pretrained checkpoint are; the family hashed at construction was
+    of the node's own random init)."""
     learner.model.load_state_dict(state)
+    learner.model_family = model_family(learner.model)
     learner.sampler.update_weights(learner.trainer.state_dict_for_sampler())

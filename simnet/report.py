@@ -7,7 +7,8 @@ mean over seeds with the min-max spread, and per-seed points) and `report.md` (t
 
 Invariants:
 - Read-only over the runs; writes only the three report files (and `paired_ratios.png`
-  when there are silo controls).
+  when there are silo controls, `heldout_per_source.png` and a held-out section of the
+  table when nodes evaluated per task source: `simnet.heldout`).
 - A node's reward in round r is its `mean_local_reward` (its own samples); a round redone
   after a crash counts once (its last record). Cumulative reward of a run is the sum over
   rounds, averaged over the run's nodes; a configuration's is the mean over its seeds.
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from node.metrics import read_metrics
+from simnet import heldout
 from simnet.stats import paired_ratio_interval, paired_ratios
 from swarm.errors import ConfigError
 
@@ -477,4 +479,9 @@ def write_report(directory: str | Path, out: str | Path | None = None) -> list[P
     paired = target / PAIRED_FILE
     if plot_paired(runs, paired):
         paths.insert(2, paired)  # the table stays last (the CLI prints it)
+    curves = heldout.load_curves(runs)
+    if heldout.plot_heldout(curves, target / heldout.HELDOUT_FILE):
+        paths.insert(-1, target / heldout.HELDOUT_FILE)
+        with paths[-1].open("a") as table:
+            table.write("\n".join(heldout.markdown_lines(curves)) + "\n")
     return paths

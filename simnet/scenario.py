@@ -11,9 +11,10 @@ Invariants:
   an invalid node config) into one `ConfigError` naming the file and the field.
 - Node-config overrides are checked by building every node's real `NodeConfig`
   (`node_config_data` + `swarm.config.parse_config`), so a scenario that loads yields
-  valid nodes. The `node` and `transport` sections, `model.name_or_path`, `model.seed`
-  and `tasks.seed` belong to simnet (names, data dirs, the memory network, seeds derived
-  from the run seed) and may not be overridden.
+  valid nodes. The `node` and `transport` sections, `model.name_or_path`, `model.seed`,
+  `tasks.seed` and `eval.seed` belong to simnet (names, data dirs, the memory network,
+  seeds derived from the run seed: each node's held-out set derives from its own task
+  seed) and may not be overridden.
 - Nothing here imports simnet's engine, node/ or torch: the schema is plain data.
 - Hostile peers: `NodeGroupSpec.behavior` is the switch: `honest`; `poison_deltas` (a
   learner in `simnet.hostile`); or one of `ATTACK_BEHAVIORS` (wire attackers in
@@ -42,9 +43,15 @@ OVERRIDABLE_SECTIONS = (
     "tasks",
     "rewards",
     "deltas",
+    "eval",
 )
 """Node-config sections a scenario may override (the others belong to simnet)."""
-_RESERVED_KEYS = {("model", "name_or_path"), ("model", "seed"), ("tasks", "seed")}
+_RESERVED_KEYS = {
+    ("model", "name_or_path"),
+    ("model", "seed"),
+    ("tasks", "seed"),
+    ("eval", "seed"),
+}
 SectionOverrides = dict[str, dict[str, Any]]
 
 

@@ -36,7 +36,12 @@ from swarm.config import NodeConfig
 from swarm.identity import Identity
 from swarm.messages import DeltaPacket, TaskRef
 
-YOUNG_GC_THRESHOLD = 50_000
+YOUNG_GC_THRESHOLD = 200_000
+"""A run makes almost no cyclic garbage (a full collection after 300 stub nodes x 20
+rounds run with the collector off found 33 objects), but each young-generation pass
+walks every object allocated since the last one that is still alive, so passes cost in
+proportion to the live state: in 1,000 stub nodes x 15 rounds, 50,000 spent 1.7 s of
+about 25 s CPU in the collector, 200,000 spent 0.6 s."""
 
 
 @contextmanager
@@ -133,8 +138,8 @@ class TimedLearner:
         }
         return TrainResult(stats, seconds)
 
-    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
-        result = self.inner.evaluate(refs, max_new_tokens)
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int, samples: int = 0) -> EvalResult:
+        result = self.inner.evaluate(refs, max_new_tokens, samples)
         result.seconds = 0.0  # measured wall time would break determinism
         return result
 

@@ -4,10 +4,12 @@ A configuration is compared with a control run with the same seed (same base mod
 task streams): one ratio per seed. `paired_ratio_interval` summarises those ratios by
 their geometric mean with a Student-t interval on the log ratios (ratios multiply, and
 log ratios of cumulative rewards are closer to symmetric than the ratios).
+`paired_difference_interval` does the same for differences (held-out accuracies, where a
+control's 0 makes a ratio meaningless): their mean with a Student-t interval.
 
-Invariants: pure functions of their inputs; the interval contains the geometric mean;
-with fewer than two ratios there is no interval (`low` and `high` are None); every ratio
-must be > 0 (ValueError otherwise).
+Invariants: pure functions of their inputs; the interval contains the (geometric) mean;
+with fewer than two values there is no interval (`low` and `high` are None); every ratio
+must be > 0 and every difference finite (ValueError otherwise).
 """
 
 from __future__ import annotations
@@ -72,3 +74,34 @@ def paired_ratios(values: dict[int, float], control: dict[int, float]) -> list[f
     """`values[seed] / control[seed]` for the seeds both have (sorted by seed; seeds
     whose control is 0 are left out)."""
     return [values[s] / control[s] for s in sorted(values) if s in control and control[s] > 0]
+
+
+@dataclass(frozen=True)
+class DifferenceInterval:
+    n: int
+    """Paired differences (seeds)."""
+    mean: float
+    """Mean of the differences."""
+    low: float | None
+    """Lower end of the 95% interval (None with fewer than two differences)."""
+    high: float | None
+
+    def text(self, scale: float = 1.0) -> str:
+        """E.g. `+12.0 [+4.1, +19.9]` (values times `scale`: 100 for percentage points)."""
+        if self.low is None or self.high is None:
+            return f"{self.mean * scale:+.1f}"
+        return f"{self.mean * scale:+.1f} [{self.low * scale:+.1f}, {self.high * scale:+.1f}]"
+
+
+def paired_difference_interval(differences: Sequence[float]) -> DifferenceInterval:
+    """Mean of per-seed differences and its two-sided 95% Student-t interval."""
+    if not differences:
+        raise ValueError("no differences")
+    if any(not math.isfinite(d) for d in differences):
+        raise ValueError("differences must be finite")
+    center = statistics.fmean(differences)
+    if len(differences) < 2:
+        return DifferenceInterval(len(differences), center, None, None)
+    sd = statistics.stdev(differences)
+    half = t_quantile_975(len(differences) - 1) * sd / math.sqrt(len(differences))
+    return DifferenceInterval(len(differences), center, center - half, center + half)

@@ -209,11 +209,13 @@ class StubLearner:
             "gain": round(sum(shares), 6),
         }
 
-    def evaluate(self, refs: list[TaskRef], max_new_tokens: int) -> EvalResult:
-        """The stub's greedy answer is right when its probability is above one half."""
+    def evaluate(self, refs: list[TaskRef], max_new_tokens: int, samples: int = 0) -> EvalResult:
+        """The stub's greedy answer is right when its probability is above one half; sampled
+        (`samples` > 0), its accuracy is the expected one, the mean probability."""
         if not refs:
             return EvalResult(accuracy=0.0, n=0)
-        right = sum(self.p_task(make_task(ref).prompt) > 0.5 for ref in refs)
+        p = [self.p_task(make_task(ref).prompt) for ref in refs]
+        right = sum(p) if samples else sum(x > 0.5 for x in p)
         return EvalResult(accuracy=right / len(refs), n=len(refs))
 
     def receive_delta(

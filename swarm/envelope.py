@@ -55,9 +55,10 @@ class Envelope:
     payload: bytes
     signature: bytes = b""
     signing_digest: bytes = field(default=b"", repr=False, compare=False)
-    """sha256 of the signing input, set by `decode_envelope` (b"" on envelopes built
-    here): identifies what the sender signed, whatever encoding carried it, and costs no
-    second pass over the payload (the signing input holds the payload's hash)."""
+    """sha256 of the signing input, set by `seal` and `decode_envelope` (b"" on envelopes
+    built otherwise): identifies what the sender signed, whatever encoding carried it,
+    and costs no second pass over the payload (the signing input holds the payload's
+    hash). A chunk set names its inner envelope by it."""
 
     def signed_bytes(self) -> bytes:
         """The signing input (module docstring); fields must be within the wire's ranges."""
@@ -104,7 +105,7 @@ def seal(
     unsigned = Envelope(
         PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, policy_version, payload
     )
-    signature = identity.sign(unsigned.signed_bytes())
+    signed = unsigned.signed_bytes()
     return Envelope(
         PROTOCOL_VERSION,
         kind,
@@ -113,7 +114,8 @@ def seal(
         seq,
         policy_version,
         payload,
-        signature,
+        identity.sign(signed),
+        hashlib.sha256(signed).digest(),
     )
 
 

@@ -7,12 +7,18 @@ Invariants:
   for anything else; it never trusts a peer's value beyond its type and bounds.
 - Rewards and answers in a `RolloutGroup` are advisory: receivers recompute them from
   the task reference. A group carries the task *reference*, never a trusted answer.
+- A group's sampler logprobs (optional, protocol 4) are finite and <= 0, at most
+  `MAX_LOGPROB_TOKENS` per completion, one entry per completion, and come with the
+  sender's `model_family`; a group breaking any of that is refused (`bad_payload`).
+  They are a claim, never trusted: a receiver caps what they can do (see
+  `policy.trainer`).
 - Field order in `to_wire` is fixed; the encoding is language-neutral (see README).
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,6 +28,9 @@ from swarm.errors import WireError
 MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 64 * 1024
 MAX_GROUP_SIZE = 256
+MAX_LOGPROB_TOKENS = 16 * 1024
+"""Most sampler logprobs one completion may carry (a sender with longer completions
+leaves the group's logprobs out)."""
 
 
 def _fail(msg: str) -> WireError:
@@ -64,6 +73,33 @@ def _bytes(value: Any, name: str, max_len: int) -> bytes:
     if not isinstance(value, bytes) or len(value) > max_len:
         raise _fail(f"{name} must be bytes of at most {max_len}")
     return value
+
+
+def _logprobs(values: Any) -> tuple[float, ...]:
+    """One completion's sampler logprobs, checked and rounded to float32 (as on the wire)."""
+    if len(values) > MAX_LOGPROB_TOKENS:
+        raise _fail(f"at most {MAX_LOGPROB_TOKENS} logprobs per completion")
+    try:
+        packed = struct.pack(f"<{len(values)}f", *values)
+    except (struct.error, TypeError, OverflowError):
+        raise _fail("logprobs must be float32 numbers") from None
+    rounded = struct.unpack(f"<{len(values)}f", packed)
+    if not all(math.isfinite(v) and v <= 0 for v in rounded):
+        raise _fail("logprobs must be finite and <= 0")
+    return rounded
+
+
+def pack_logprobs(values: tuple[float, ...]) -> bytes:
+    """Little-endian float32, 4 bytes per token (the wire's `logprobs` entry)."""
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def unpack_logprobs(data: Any) -> tuple[float, ...]:
+    """One `logprobs` entry from the wire, refused unless valid (see `_logprobs`)."""
+    data = _bytes(data, "logprobs entry", 4 * MAX_LOGPROB_TOKENS)
+    if len(data) % 4:
+        raise _fail("a logprobs entry must be 4 bytes per token")
+    return _logprobs(struct.unpack(f"<{len(data) // 4}f", data))
 
 
 def _list(value: Any, name: str, max_len: int) -> list:
@@ -148,6 +184,13 @@ class RolloutGroup:
     """Per completion: did it end with the sampler's stop token (EOS)? Text alone cannot
     say, and a receiver appends its own EOS only where this is set. Left empty by a
     caller that does not know, it becomes all False (unfinished)."""
+    model_family: str = ""
+    """The sender's model family (hash of its base's architecture and initial weights):
+    `logprobs` are comparable with a receiver's own only where this equals its family
+    (same tokenizer and base). Required with `logprobs`, else optional."""
+    logprobs: tuple[tuple[float, ...], ...] = ()
+    """Per completion, the sampler's logprob of each token it sampled (the stop token
+    included where `finished`), float32 on the wire. Empty: not carried."""
 
     def __post_init__(self) -> None:
         if len(self.completions) != len(self.rewards):
@@ -156,9 +199,15 @@ class RolloutGroup:
             object.__setattr__(self, "finished", (False,) * len(self.completions))
         if len(self.finished) != len(self.completions):
             raise _fail("completions and finished differ in length")
+        if self.logprobs:
+            if len(self.logprobs) != len(self.completions):
+                raise _fail("logprobs must be one entry per completion")
+            if not self.model_family:
+                raise _fail("logprobs need the sender's model_family")
+            object.__setattr__(self, "logprobs", tuple(_logprobs(lp) for lp in self.logprobs))
 
     def to_wire(self) -> dict:
-        return {
+        wire: dict[str, Any] = {
             "task": self.task.to_wire(),
             "prompt": self.prompt,
             "completions": list(self.completions),
@@ -167,13 +216,18 @@ class RolloutGroup:
             "policy_version": self.policy_version,
             "finished": list(self.finished),
         }
+        if self.model_family:
+            wire["model_family"] = self.model_family
+        if self.logprobs:
+            wire["logprobs"] = [pack_logprobs(lp) for lp in self.logprobs]
+        return wire
 
     @classmethod
     def from_wire(cls, obj: Any) -> RolloutGroup:
-        m = _map(
-            obj,
-            ("task", "prompt", "completions", "rewards", "model_id", "policy_version", "finished"),
-        )
+        required = (
+            "task", "prompt", "completions", "rewards", "model_id", "policy_version", "finished"
+        )  # fmt: skip
+        m = _map(obj, (*required, "model_family", "logprobs"), required)
         completions = _list(m["completions"], "completions", MAX_GROUP_SIZE)
         rewards = _list(m["rewards"], "rewards", MAX_GROUP_SIZE)
         finished = _list(m["finished"], "finished", MAX_GROUP_SIZE)
@@ -189,6 +243,11 @@ class RolloutGroup:
             model_id=_str(m["model_id"], "model_id"),
             policy_version=_int(m["policy_version"], "policy_version"),
             finished=tuple(finished),
+            model_family=_str(m.get("model_family", ""), "model_family"),
+            logprobs=tuple(
+                unpack_logprobs(lp)
+                for lp in _list(m.get("logprobs", []), "logprobs", len(completions))
+            ),
         )
 
 
@@ -248,42 +307,44 @@ class DeltaPacket:
 class Chunk:
     """One piece of an encoded envelope too large to send whole.
 
-    `content_hash` is sha256 of the whole encoded inner envelope, `chunk_hash` sha256 of
-    `data`; reassembly happens only when every chunk verified and the whole hash matches.
+    `inner_digest` names the set: sha256 of the inner envelope's signing input, i.e.
+    `Envelope.signing_digest` of what the chunks reassemble into (computed by the sender
+    from the signing input it already built, no pass over the data). Each chunk is
+    authenticated by its own envelope's signature (which covers `data`); the reassembled
+    bytes are accepted only if they decode to an envelope, signed by the chunks' signer,
+    whose signing digest is `inner_digest` (protocol 4; protocol 3 carried a sha256 of
+    the whole content and one of each chunk's data, two more passes per side).
     """
 
     KIND: ClassVar[str] = "chunk"
-    content_hash: bytes
+    inner_digest: bytes
     index: int
     count: int
     total_size: int
-    chunk_hash: bytes
     data: bytes
 
     def to_wire(self) -> dict:
         return {
-            "content_hash": self.content_hash,
+            "inner_digest": self.inner_digest,
             "index": self.index,
             "count": self.count,
             "total_size": self.total_size,
-            "chunk_hash": self.chunk_hash,
             "data": self.data,
         }
 
     @classmethod
     def from_wire(cls, obj: Any) -> Chunk:
-        m = _map(obj, ("content_hash", "index", "count", "total_size", "chunk_hash", "data"))
+        m = _map(obj, ("inner_digest", "index", "count", "total_size", "data"))
         count = _int(m["count"], "count", 1, 1 << 16)
         chunk = cls(
-            content_hash=_bytes(m["content_hash"], "content_hash", 32),
+            inner_digest=_bytes(m["inner_digest"], "inner_digest", 32),
             index=_int(m["index"], "index", 0, count - 1),
             count=count,
             total_size=_int(m["total_size"], "total_size", 1, 1 << 34),
-            chunk_hash=_bytes(m["chunk_hash"], "chunk_hash", 32),
             data=_bytes(m["data"], "data", 1 << 24),
         )
-        if len(chunk.content_hash) != 32 or len(chunk.chunk_hash) != 32:
-            raise _fail("hashes must be 32 bytes")
+        if len(chunk.inner_digest) != 32:
+            raise _fail("inner_digest must be 32 bytes")
         return chunk
 
 

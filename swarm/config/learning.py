@@ -153,6 +153,26 @@ class TrainConfig(StrictModel):
     `finished` bit), so peers' samples teach stopping too. Off by default: in the weak-base
     SAPO grid (`examples/scenarios/sapo_grid_weak_base.toml`) it cut 4/4's cumulative
     reward by 19-24% (seeds 0 and 1: 5.70 vs 7.54, 4.79 vs 6.04); why is not known yet."""
+    peer_offpolicy: Literal["tis", "ratio_one"] = "ratio_one"
+    """A same-family peer's completions that came with the peer's sampler logprobs:
+    `tis` weights each token by min(exp(local - peer), `importance_cap`) (local: the
+    current policy's logprob, which is also the PPO ratio's reference: AReaL's decoupled
+    objective, as for our own samples) where the completion re-tokenizes to as many
+    tokens as logprobs were carried (else `foreign_rule`, counted `n_peer_mismatch`);
+    `ratio_one` ignores the logprobs, so every peer completion gets `foreign_rule`.
+    Whatever a peer claims, its tokens weigh at most `importance_cap` each."""
+    foreign_rule: Literal["ratio_one", "plausible"] = "ratio_one"
+    """Peer completions without usable logprobs (another family, none carried, a count
+    mismatch, or `peer_offpolicy = "ratio_one"`): `ratio_one` trains them as if the
+    local policy had sampled them (weight 1); `plausible` leaves out of the loss those
+    whose mean per-token logprob under the local policy is below `min_mean_logprob`
+    (they still count in their group's advantages: their rewards are real)."""
+    min_mean_logprob: float = Field(-4.0, le=0)
+    """The `plausible` rule's threshold: mean per-token logprob (at the sampling
+    temperature) under the local policy, below which a peer's completion is not trained.
+    In the lr 3e-4 SAPO grid (docs/sapo_grid.md) -4.0 left out 33% of peers' completions
+    and matched ratio one (0.99x [0.93, 1.07]); -3.0 left out 58% and cost 0.91x [0.78,
+    1.07] (5 seeds)."""
 
     @model_validator(mode="after")
     def _clip_order(self) -> TrainConfig:
@@ -248,9 +268,34 @@ class EvalConfig(StrictModel):
     """Evaluate at the start of round 0 (before any training) and of every `every`-th
     round after it; 0 turns evaluation off."""
     num_tasks: int = Field(32, ge=1, le=4096)
-    """Size of the fixed held-out set: task references drawn from this node's mixture."""
+    """Size of the fixed held-out set: task references drawn from this node's mixture (with
+    `sources`: per source)."""
     max_new_tokens: int | None = Field(None, ge=1, le=32768)
     """Token budget per held-out answer (default: `sampler.max_new_tokens`)."""
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     """Task seed of the held-out set (default: derived from `tasks.seed`). Peers' groups of
     this seed are never trained on (refused as `held_out_task`)."""
+    samples: int = Field(0, ge=0, le=256)
+    """Completions per held-out task: 0 decodes greedily (one answer each); k > 0 samples k
+    at the sampler's temperature and top_p (a fixed seed per evaluation), and accuracy is
+    the mean over all of them: the pass rate the node's own sampling sees, which moves
+    with training before the greedy answer does."""
+    sources: list[str] | None = None
+    """Task sources to evaluate on, one held-out set of `num_tasks` per source, scored
+    apart (`eval.sources` in the metrics), including sources this node does not train on
+    (what it learned from peers about other specialties). Plain source names (`add`,
+    `rg:<dataset>` with its default options). None: one set drawn from this node's own
+    mixture, scored as a whole."""
+
+    @field_validator("sources")
+    @classmethod
+    def _usable_sources(cls, sources: list[str] | None) -> list[str] | None:
+        if sources is None:
+            return None
+        if not sources:
+            raise ValueError("sources needs at least one task source (or leave it unset)")
+        if len(set(sources)) != len(sources):
+            raise ValueError("sources must be unique")
+        for source in sources:
+            check_task_source(source)
+        return sources

@@ -63,15 +63,11 @@ values = st.recursive(
 def chunk_payloads(draw: st.DrawFn) -> bytes:
     """Mostly well-formed chunks with hostile numbers, so reassembly state is exercised."""
     data = draw(st.binary(min_size=0, max_size=300))
-    good_hash = draw(st.booleans())
     wire: dict[str, Any] = {
-        "content_hash": draw(st.sampled_from(CONTENT)),
+        "inner_digest": draw(st.sampled_from(CONTENT)),
         "index": draw(st.integers(0, 4)),
         "count": draw(st.integers(1, 5)),
         "total_size": draw(st.sampled_from([1, 300, 600, 1500, 1 << 20, 1 << 33])),
-        "chunk_hash": hashlib.sha256(data).digest()
-        if good_hash
-        else draw(st.binary(min_size=32, max_size=32)),
         "data": data,
     }
     if draw(st.integers(0, 9)) == 0:

@@ -113,9 +113,9 @@ def test_rate_limiter_bounded() -> None:
 
 def test_split_and_reassemble_in_any_order() -> None:
     data = bytes(range(256)) * 40
-    chunks = split(data, 1000)
+    chunks = split(data, 1000, DIGEST)
     assert len(chunks) == 11
-    assert all(len(c.data) <= 1000 and c.content_hash == sha256(data) for c in chunks)
+    assert all(len(c.data) <= 1000 and c.inner_digest == DIGEST for c in chunks)
     r = Reassembler(max_pending_bytes=1 << 20, max_message_bytes=1 << 20, timeout_s=10)
     results = [r.add("a", "t", c, 0.0) for c in reversed(chunks)]
     assert results[:-1] == [None] * 10
@@ -125,11 +125,21 @@ def test_split_and_reassemble_in_any_order() -> None:
 
 def test_split_refuses_nonsense() -> None:
     with pytest.raises(ValueError):
-        split(b"", 10)
+        split(b"", 10, DIGEST)
     with pytest.raises(ValueError):
-        split(b"x", 0)
+        split(b"x", 0, DIGEST)
     with pytest.raises(ValueError):
-        split(b"x" * 70_000, 1)  # more than 2**16 chunks
+        split(b"x" * 70_000, 1, DIGEST)  # more than 2**16 chunks
+    with pytest.raises(ValueError):
+        split(b"x", 1, b"short")
+
+
+DIGEST = sha256(b"the inner envelope's signing input")
+
+
+def cut(data: bytes, size: int) -> list[Chunk]:
+    """`data` in chunks, named by a digest of their own (distinct contents, distinct sets)."""
+    return split(data, size, sha256(data))
 
 
 def reason_of(r: Reassembler, chunk: Chunk, sender: str = "a", topic: str = "t") -> str:
@@ -146,19 +156,17 @@ def fresh(**kw: int | float) -> Reassembler:
 
 def test_chunk_refusals() -> None:
     data = b"y" * 3000
-    c0, c1, c2 = split(data, 1000)
+    c0, c1, c2 = split(data, 1000, DIGEST)
     r = fresh()
-    bad = Chunk(c0.content_hash, 0, 3, 3000, c0.chunk_hash, b"z" * 1000)
-    assert reason_of(r, bad) == "bad_chunk_hash"
-    assert reason_of(r, Chunk(c0.content_hash, 0, 3, 2 << 20, c0.chunk_hash, c0.data)) == "oversize"
-    assert reason_of(r, Chunk(c0.content_hash, 0, 3, 3000, sha256(b""), b"")) == "bad_chunk"
+    assert reason_of(r, Chunk(DIGEST, 0, 3, 2 << 20, c0.data)) == "oversize"
+    assert reason_of(r, Chunk(DIGEST, 0, 3, 3000, b"")) == "bad_chunk"
     assert r.add("a", "t", c0, 0.0) is None
     assert reason_of(r, c0) == "duplicate"
     assert r.pending_bytes == 1000
     # the same content from another sender is its own set
     assert r.add("b", "t", c1, 0.0) is None
     # disagreeing with the set's count, or arriving on another topic, spoils the set
-    assert reason_of(r, Chunk(c1.content_hash, 1, 4, 3000, c1.chunk_hash, c1.data)) == "bad_chunk"
+    assert reason_of(r, Chunk(DIGEST, 1, 4, 3000, c1.data)) == "bad_chunk"
     assert r.pending_for("a") == 0 and r.pending_for("b") == 1000
     assert reason_of(r, c2, sender="b", topic="other") == "bad_chunk"
     assert r.pending_bytes == 0
@@ -166,10 +174,9 @@ def test_chunk_refusals() -> None:
 
 def test_chunks_adding_up_to_more_than_total_refused() -> None:
     r = fresh()
-    content = sha256(b"whatever")
     big = b"q" * 600
-    first = Chunk(content, 0, 2, 1000, sha256(big), big)
-    second = Chunk(content, 1, 2, 1000, sha256(big), big)
+    first = Chunk(DIGEST, 0, 2, 1000, big)
+    second = Chunk(DIGEST, 1, 2, 1000, big)
     assert r.add("a", "t", first, 0.0) is None
     assert reason_of(r, second) == "bad_chunk"
     assert r.pending_bytes == 0
@@ -177,38 +184,25 @@ def test_chunks_adding_up_to_more_than_total_refused() -> None:
 
 def test_chunks_adding_up_to_less_than_total_refused() -> None:
     r = fresh()
-    content = sha256(b"whatever")
     piece = b"q" * 10
-    assert r.add("a", "t", Chunk(content, 0, 2, 1000, sha256(piece), piece), 0.0) is None
-    assert reason_of(r, Chunk(content, 1, 2, 1000, sha256(piece), piece)) == "bad_chunk"
-
-
-def test_whole_hash_checked() -> None:
-    r = fresh()
-    chunks = split(b"a" * 2000, 1000)
-    lying = [
-        Chunk(sha256(b"other"), c.index, c.count, c.total_size, c.chunk_hash, c.data)
-        for c in chunks
-    ]
-    assert r.add("a", "t", lying[0], 0.0) is None
-    assert reason_of(r, lying[1]) == "bad_chunk_hash"
-    assert r.pending_bytes == 0
+    assert r.add("a", "t", Chunk(DIGEST, 0, 2, 1000, piece), 0.0) is None
+    assert reason_of(r, Chunk(DIGEST, 1, 2, 1000, piece)) == "bad_chunk"
 
 
 def test_memory_bounds() -> None:
     r = fresh(max_pending_bytes=2500, max_message_bytes=2000)
-    a = split(b"a" * 4000, 1000)[:2]  # total 4000 > max_message_bytes
+    a = cut(b"a" * 4000, 1000)[:2]  # total 4000 > max_message_bytes
     assert reason_of(r, a[0]) == "oversize"
-    one = split(b"1" * 2000, 1000)
-    two = split(b"2" * 2000, 1000)
+    one = cut(b"1" * 2000, 1000)
+    two = cut(b"2" * 2000, 1000)
     assert r.add("a", "t", one[0], 0.0) is None
     assert r.add("b", "t", two[0], 0.0) is None
     assert r.pending_bytes == 2000
-    three = split(b"3" * 2000, 1000)
+    three = cut(b"3" * 2000, 1000)
     assert reason_of(r, three[0], sender="c") == "reassembly_full"  # would be 3000 > 2500
     assert r.pending_bytes == 2000
     assert reason_of(r, three[1], sender="c") == "reassembly_full"  # abandoned set stays refused
-    small = split(b"4" * 1000, 500)
+    small = cut(b"4" * 1000, 500)
     assert r.add("c", "t", small[0], 0.0) is None  # exactly at the bound
     assert r.pending_bytes == 2500
     assert reason_of(r, one[1]) == "reassembly_full"  # even completing needs room
@@ -219,8 +213,8 @@ def test_memory_bounds() -> None:
 
 def test_per_sender_bound_evicts_the_senders_older_set() -> None:
     r = fresh(max_pending_bytes=10_000, max_message_bytes=2000)
-    first = split(b"1" * 2000, 1500)
-    second = split(b"2" * 2000, 1500)
+    first = cut(b"1" * 2000, 1500)
+    second = cut(b"2" * 2000, 1500)
     assert r.add("a", "t", first[0], 0.0) is None  # its 2nd chunk is lost in transit
     # One sender holds <= one max message: its older set makes room for the newer one,
     # so a lost chunk does not lock an honest sender out until the set expires.
@@ -234,15 +228,15 @@ def test_per_sender_bound_evicts_the_senders_older_set() -> None:
 def test_partial_count_bounded() -> None:
     r = fresh(max_partials=3)
     for i in range(3):
-        assert r.add("a", "t", split(bytes([i]) * 20, 10)[0], 0.0) is None
-    assert reason_of(r, split(b"z" * 20, 10)[0]) == "reassembly_full"
+        assert r.add("a", "t", cut(bytes([i]) * 20, 10)[0], 0.0) is None
+    assert reason_of(r, cut(b"z" * 20, 10)[0]) == "reassembly_full"
     assert len(r) == 3
 
 
 def test_expiry() -> None:
     r = fresh(timeout_s=5.0)
-    old = split(b"o" * 20, 10)
-    new = split(b"n" * 20, 10)
+    old = cut(b"o" * 20, 10)
+    new = cut(b"n" * 20, 10)
     r.add("a", "t", old[0], 0.0)
     r.add("a", "t", new[0], 4.0)
     assert r.expire(5.0) == 0

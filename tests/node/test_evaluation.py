@@ -5,14 +5,24 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gossip.memory import MemoryNetwork
 from node.build import apply_overrides
-from node.evaluation import HeldOut, held_out_seed
+from node.evaluation import (
+    MIXTURE,
+    HeldOut,
+    combine_results,
+    eval_record,
+    held_out_seed,
+)
+from node.learner import EvalResult
 from node.metrics import read_metrics
 from node.samples import SamplesLog, read_samples
 from rewards.mixture import TaskStream
 from rewards.tasks import make_task
 from swarm.config import parse_config
+from swarm.errors import ConfigError
 from swarm.identity import Identity
 from swarm.messages import RolloutBatch, RolloutGroup
 from tests.node.helpers import stub_config, stub_node
@@ -30,6 +40,63 @@ def test_held_out_set_is_fixed_and_apart_from_training() -> None:
     assert held_out_seed(fixed) == 123
     assert [a.due(r) for r in range(0, 60, 25)] == [True, True, True]
     assert not a.due(1) and not HeldOut(parse_config({"eval": {"every": 0}})).due(0)
+
+
+def test_default_held_out_set_is_the_own_mixture_as_before() -> None:
+    config = parse_config({"tasks": {"seed": 7}, "eval": {"num_tasks": 16}})
+    held = HeldOut(config)
+    tasks = config.tasks.model_copy(update={"seed": held_out_seed(config)})
+    assert held.sets == {MIXTURE: TaskStream(tasks, config.model.seed).next_refs(16)}
+    assert not held.per_source and held.refs == held.sets[MIXTURE]
+
+
+def test_one_held_out_set_per_source_including_untrained_ones() -> None:
+    config = parse_config(
+        {
+            "tasks": {"seed": 7, "mixture": [{"source": "add"}]},
+            "eval": {"num_tasks": 12, "sources": ["add", "copy", "reverse"]},
+        }
+    )
+    held = HeldOut(config)
+    assert held.per_source and list(held.sets) == ["add", "copy", "reverse"]
+    for source, refs in held.sets.items():
+        assert len(refs) == 12 and {r.source for r in refs} == {source}
+        assert len({(r.seed, r.index) for r in refs}) == 12
+    assert len(held.refs) == 36 and held.refs == HeldOut(config).refs  # fixed
+    training = TaskStream(config.tasks, config.model.seed).next_refs(1000)
+    assert not {r.seed for r in training} & held.seeds
+    copy_ref = held.sets["copy"][0]
+    assert held.is_held_out(copy_ref)  # refused from peers though not in our mixture
+
+
+@pytest.mark.parametrize(
+    ("sources", "message"),
+    [([], "at least one"), (["add", "add"], "unique"), (["add", "sum"], "unknown task source")],
+)
+def test_bad_eval_sources_are_refused_at_load(sources: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=rf"eval\.sources.*{message}"):
+        parse_config({"eval": {"sources": sources}}, "n.toml")
+
+
+def test_per_source_results_pool_by_size() -> None:
+    results = {
+        "add": EvalResult(accuracy=0.25, n=4, seconds=1.0, finished=1.0),
+        "copy": EvalResult(accuracy=1.0, n=12, seconds=2.0, finished=0.5),
+    }
+    pooled = combine_results(results)
+    assert pooled.n == 16 and pooled.seconds == 3.0
+    assert pooled.accuracy == pytest.approx((1 + 12) / 16)
+    assert pooled.finished == pytest.approx((4 + 6) / 16)
+    record = eval_record(results, 5, per_source=True)
+    assert record["accuracy"] == pytest.approx(0.8125) and record["policy_version"] == 5
+    assert record["sources"] == {
+        "add": {"accuracy": 0.25, "n": 4},
+        "copy": {"accuracy": 1.0, "n": 12},
+    }
+    assert "sources" not in eval_record({MIXTURE: results["add"]}, 0)
+    assert combine_results({MIXTURE: results["copy"]}) == results["copy"]
+    with pytest.raises(ValueError):
+        combine_results({})
 
 
 def test_peers_groups_of_our_held_out_tasks_are_refused(tmp_path: Path) -> None:
@@ -89,3 +156,59 @@ def test_samples_log_is_bounded_and_skips_a_torn_line(tmp_path: Path) -> None:
         f.write('{"i": 2')
     assert read_samples(tmp_path / "s.jsonl")[-1]["i"] == 19
     assert read_samples(tmp_path / "s.jsonl", last=2)[-1]["i"] == 19
+
+
+def test_a_real_node_scores_each_held_out_source(tmp_path: Path) -> None:
+    from node.policy_learner import PolicyLearner
+    from node.runner import Node
+
+    config = apply_overrides(
+        stub_config(tmp_path, "per-source"),
+        {
+            "eval": {"every": 2, "num_tasks": 5, "sources": ["add", "copy"]},
+            "node": {"checkpoint_every": 100},
+            "sapo": {"external_groups": 0, "local_groups": 1},
+            "sampler": {"group_size": 2, "max_new_tokens": 3},
+        },
+        "test",
+    )
+    stub = stub_node(config, MemoryNetwork("per-source"))
+    node = Node(config, stub.gossip, PolicyLearner(config), stub.clock)
+    asyncio.run(node.run(3))
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    evaluated = [r["eval"] for r in records if r["eval"] is not None]
+    assert len(evaluated) == 2  # at the start of rounds 0 and 2
+    for entry in evaluated:
+        sources = entry["sources"]
+        assert list(sources) == ["add", "copy"] and entry["n"] == 10
+        assert all(s["n"] == 5 and 0.0 <= s["accuracy"] <= 1.0 for s in sources.values())
+        mean = (sources["add"]["accuracy"] + sources["copy"]["accuracy"]) / 2
+        assert entry["accuracy"] == pytest.approx(mean, abs=1e-6)
+
+
+def test_sampled_evaluation_scores_every_completion_reproducibly(tmp_path: Path) -> None:
+    from node.policy_learner import PolicyLearner
+
+    config = apply_overrides(
+        stub_config(tmp_path, "sampled"),
+        {"eval": {"samples": 4}, "sampler": {"group_size": 2, "max_new_tokens": 3}},
+        "test",
+    )
+    learner = PolicyLearner(config)
+    refs = HeldOut(config).refs[:5]
+    sampled = learner.evaluate(refs, 3, samples=4)
+    assert sampled.n == 20 and 0.0 <= sampled.accuracy <= 1.0
+    again = learner.evaluate(refs, 3, samples=4)
+    assert (again.accuracy, again.finished) == (sampled.accuracy, sampled.finished)
+    assert learner.evaluate(refs, 3).n == 5  # greedy: one answer per task
+
+
+def test_stub_sampled_accuracy_is_its_expected_pass_rate() -> None:
+    from simnet.stub import StubLearner
+
+    config = parse_config({"tasks": {"seed": 3}})
+    learner = StubLearner(8, config.rewards, skill=0.3)
+    refs = HeldOut(config).refs
+    expected = sum(learner.p_task(make_task(r).prompt) for r in refs) / len(refs)
+    assert learner.evaluate(refs, 3, samples=8).accuracy == pytest.approx(expected)
+    assert learner.evaluate(refs, 3).accuracy == pytest.approx(0.0)  # p < 1/2 everywhere

@@ -80,3 +80,26 @@ def test_select_draws_without_replacement_and_caps_each_sender() -> None:
     assert len(chosen) == 4 and Counter(e.sender for e in chosen) == {"a": 2, "b": 2}
     assert len(p) == 8
     assert not {id(e) for e in chosen} & {id(e) for e in p.entries}
+
+
+def test_evict_stale_keeps_exactly_the_usable_entries_in_order() -> None:
+    """Against `usable` per entry; the sender's version is asked once per sender."""
+    p = pool(max_groups=64)
+    for i in range(12):
+        sender = ("a", "b", "c")[i % 3]
+        assert p.add(sender, group(i, version=i % 4), (1.0, 0.0), own_round=i % 5,
+                     sender_version=0, now=float(i)) is None  # fmt: skip
+    versions = {"a": 5, "b": 2, "c": 0}
+    asked: Counter[str] = Counter()
+
+    def version_of(sender: str) -> int:
+        asked[sender] += 1
+        return versions[sender]
+
+    expected = [e for e in p.entries if p.usable(e, 6, versions.__getitem__, 0.0)]
+    held = sum(e.size_bytes for e in expected)
+    assert 0 < len(expected) < len(p)
+    assert p.evict_stale(6, version_of, 0.0) == 12 - len(expected)
+    assert p.entries == expected and p.bytes_held == held
+    assert asked == {"a": 1, "b": 1, "c": 1}
+    assert p.evicted["stale"] == 12 - len(expected)

@@ -43,6 +43,18 @@ def test_simnet_owned_fields_cannot_be_overridden() -> None:
         parse_scenario(_with(defaults={"transport": {"type": "memory"}}), "s.toml")
     with pytest.raises(ConfigError, match=r"tasks\.seed is set by simnet"):
         parse_scenario(_with(defaults={"tasks": {"seed": 3}}), "s.toml")
+    with pytest.raises(ConfigError, match=r"eval\.seed is set by simnet"):
+        parse_scenario(_with(defaults={"eval": {"seed": 3}}), "s.toml")
+
+
+def test_eval_sources_can_be_set_per_node_group() -> None:
+    data = copy.deepcopy(BASE)
+    data["nodes"][0]["config"] = {"eval": {"sources": ["add", "copy"], "num_tasks": 8}}
+    scenario = parse_scenario(data, "s.toml")
+    assert scenario.nodes[0].config["eval"]["sources"] == ["add", "copy"]
+    data["nodes"][0]["config"] = {"eval": {"sources": ["add", "nope"]}}
+    with pytest.raises(ConfigError, match=r"eval\.sources.*unknown task source 'nope'"):
+        parse_scenario(data, "s.toml")
 
 
 def test_faults_must_name_known_nodes_and_heal_after_they_start() -> None:

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from simnet.report import NodeRun, RunData, control_rows, markdown
-from simnet.stats import paired_ratio_interval, paired_ratios, t_quantile_975
+from simnet.stats import (
+    paired_difference_interval,
+    paired_ratio_interval,
+    paired_ratios,
+    t_quantile_975,
+)
 
 
 def test_t_quantiles() -> None:
@@ -46,6 +51,22 @@ def test_paired_ratio_interval_by_hand() -> None:
     for bad in ([], [1.0, 0.0], [-1.0]):
         with pytest.raises(ValueError):
             paired_ratio_interval(bad)
+
+
+def test_paired_difference_interval_by_hand() -> None:
+    diffs = [0.10, 0.30, 0.20]
+    sd = math.sqrt(((0.1 - 0.2) ** 2 + (0.3 - 0.2) ** 2) / 2)
+    got = paired_difference_interval(diffs)
+    assert got.n == 3 and got.mean == pytest.approx(0.2)
+    assert got.low == pytest.approx(0.2 - 4.303 * sd / math.sqrt(3))
+    assert got.high == pytest.approx(0.2 + 4.303 * sd / math.sqrt(3))
+    assert got.text(100) == f"+20.0 [{100 * got.low:+.1f}, {100 * got.high:+.1f}]"
+    assert got.low < 0 < got.high  # three seeds that disagree this much: not significant
+    one = paired_difference_interval([-0.05])
+    assert one.low is None and one.text(100) == "-5.0"
+    for bad in ([], [0.1, float("nan")]):
+        with pytest.raises(ValueError):
+            paired_difference_interval(bad)
 
 
 def test_paired_ratios_match_seeds() -> None:

@@ -44,7 +44,7 @@ EXAMPLES: list[Payload] = [
     Hello("tiny", "fam", 3, ("rollouts",)),
     RolloutBatch((RolloutGroup(TaskRef("add", 1, 2), "1+1=", ("2", "3"), (1.0, 0.0), "tiny", 4),)),
     DeltaPacket("fam", 7, "topk", b"\x01\x02" * 20, {"k": "v"}),
-    Chunk(hashlib.sha256(b"x").digest(), 1, 3, 99, hashlib.sha256(b"abc").digest(), b"abc"),
+    Chunk(hashlib.sha256(b"x").digest(), 1, 3, 99, b"abc"),
 ]
 ENVELOPES = [
     seal(

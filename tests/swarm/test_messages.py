@@ -46,7 +46,7 @@ EXAMPLES: list[Payload] = [
     RolloutBatch((group(), group(prompt="héllo ✓", rewards=(-0.5, 2)))),
     RolloutBatch(()),
     DeltaPacket("fam", 7, "topk-int8", b"\x00" * 1000, {"k": "v"}),
-    Chunk(hashlib.sha256(b"x").digest(), 0, 2, 10, hashlib.sha256(b"abc").digest(), b"abc"),
+    Chunk(hashlib.sha256(b"x").digest(), 0, 2, 10, b"abc"),
 ]
 
 
@@ -113,8 +113,8 @@ CHUNK = EXAMPLES[5]
         (DELTA, ("meta",), {str(i): "v" for i in range(65)}),
         (DELTA, ("meta",), {"k": 1}),
         (DELTA, ("encoding",), "e" * 65),
-        (CHUNK, ("content_hash",), b"\x00" * 31),
-        (CHUNK, ("chunk_hash",), b"\x00" * 33),
+        (CHUNK, ("inner_digest",), b"\x00" * 31),
+        (CHUNK, ("inner_digest",), b"\x00" * 33),
         (CHUNK, ("index",), 2),  # index must be < count
         (CHUNK, ("count",), 0),
         (CHUNK, ("count",), (1 << 16) + 1),

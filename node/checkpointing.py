@@ -6,8 +6,9 @@ Invariants:
   `node.checkpoints` describes: learner files renamed into place, then `node.json` last.
   A SIGKILL at any point leaves either a complete checkpoint or debris that is never
   resumed from.
-- In the background mode the capture is the only part the round waits for; the write
-  runs in a worker thread while the next rounds train. At most one write is in flight:
+- In the background mode the capture is the only part the round waits for; the write,
+  `node.json` and pruning older checkpoints run in a worker thread (never on the event
+  loop) while the next rounds train. At most one write is in flight:
   the next checkpoint (and the final one, and `settle`) first waits for it.
 - A write failing with `OSError` never stops the node: it is logged, counted in
   `errors` / `last_error`, its debris removed, and the newest valid checkpoint kept
@@ -74,12 +75,15 @@ class Checkpointer:
         write: Callable[[], None],
         node_state: dict[str, Any],
     ) -> Path | None:
-        try:
-            await self.offload(write)
+        def write_all() -> None:
+            write()
             checkpoints.write_node_state(directory, node_state)
+
+        try:
+            await self.offload(write_all)
         except OSError as exc:
             return self._failed(directory, rounds_done, exc)
-        checkpoints.prune(self.data_dir)
+        await self.offload(checkpoints.prune, self.data_dir)
         return directory
 
     async def settle(self) -> Path | None:

@@ -20,9 +20,12 @@ Invariants:
 - No pickle anywhere: tensors are safetensors, everything else JSON.
 - A checkpoint is `capture_checkpoint` (copies of every tensor, taken at once) then
   `write_checkpoint`, which may run later in another thread: what is written is the state
-  at capture. Writing goes into a hidden temporary sibling directory, fsyncs every file and
-  the directory, then renames it into place (replacing an older checkpoint of the same
-  name): a reader sees the old checkpoint or the new one, never a mix.
+  at capture. The config and tokenizer files of a full model are written by
+  `write_checkpoint` too (training never changes them: capture stays a memory copy); a
+  LoRA adapter's files hold trained weights, so they are written at capture. Writing
+  goes into a hidden temporary sibling directory, fsyncs every file and the directory,
+  then renames it into place (replacing an older checkpoint of the same name): a reader
+  sees the old checkpoint or the new one, never a mix.
 - A failed write (disk full, quota, file too large, I/O error) raises `OSError` with the
   errno, from our own writes and from safetensors' (whose Rust errors are translated), and
   leaves no temporary directory behind; an older checkpoint of the same name is kept.
@@ -37,6 +40,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -45,6 +49,7 @@ import random
 import re
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,7 +170,7 @@ def _write_model_files(tmp: Path, model: Any, tokenizer: Any, lora: dict | None)
 @dataclass
 class CheckpointImage:
     """A checkpoint captured in memory (tensors copied out of the live model and
-    optimizer, small model files already in the hidden temporary directory): writing it
+    optimizer; a LoRA adapter's files already in the hidden temporary directory): writing it
     (`write_checkpoint`) can run in a background thread while training changes the
     model. An image that is never written leaves a hidden temporary directory, which
     `node.checkpoints.prune` removes."""
@@ -174,6 +179,9 @@ class CheckpointImage:
     tmp: Path
     payloads: dict[str, dict[str, torch.Tensor]]
     doc: dict[str, Any]
+    model_files: Callable[[], None] | None = None
+    """Writes config, generation config and tokenizer files into `tmp` (deferred to the
+    write: they do not change while the model trains)."""
 
 
 def capture_checkpoint(
@@ -192,8 +200,11 @@ def capture_checkpoint(
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.parent / f".{directory.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    model_files = None
     try:
-        if tokenizer is not None:
+        if tokenizer is not None and lora is None:
+            model_files = functools.partial(_write_model_files, tmp, model, tokenizer, None)
+        elif tokenizer is not None:
             _write_model_files(tmp, model, tokenizer, lora)
         model_tensors, aliases = _model_tensors(model)
         opt_tensors, opt_meta = _optimizer_parts(optimizer) if optimizer is not None else ({}, None)
@@ -206,13 +217,15 @@ def capture_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     doc = {"format": FORMAT, "manifest": manifest, "optimizer": opt_meta, "aliases": aliases}
-    return CheckpointImage(directory, tmp, payloads, doc)
+    return CheckpointImage(directory, tmp, payloads, doc, model_files)
 
 
 def write_checkpoint(image: CheckpointImage) -> None:
     """Write a captured checkpoint atomically at its directory (see the module docstring)."""
     tmp, directory = image.tmp, image.directory
     try:
+        if image.model_files is not None:
+            image.model_files()
         files = {}
         for name, tensors in image.payloads.items():
             path = tmp / name

@@ -185,3 +185,27 @@ def test_a_captured_checkpoint_holds_the_state_at_capture_not_at_write(tmp_path:
     restored = _trained(seed=1, steps=1)
     load_checkpoint(tmp_path / "step-2", restored.model, restored.optimizer)
     _assert_same(restored, at_capture)
+
+
+def test_capture_writes_no_files_and_the_write_makes_a_model_folder(tmp_path: Path) -> None:
+    """A full model's capture is a memory copy only (config and tokenizer files are written
+    with the tensors, off the round), and the written checkpoint still loads as a Hugging
+    Face folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    trainer = _trained(seed=0)
+    image = checkpoint_module.capture_checkpoint(
+        tmp_path / "step-2", trainer.model, trainer.optimizer, {}, {"step": 2},
+        tokenizer=trainer.tokenizer,
+    )  # fmt: skip
+    assert image.tmp.is_dir() and not any(image.tmp.iterdir())
+    checkpoint_module.write_checkpoint(image)
+    folder = tmp_path / "step-2"
+    assert {"config.json", "generation_config.json", "tokenizer.json"} <= {
+        p.name for p in folder.iterdir()
+    }
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert tok("3+4=")["input_ids"] == trainer.tokenizer("3+4=")["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    for key, value in trainer.model.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value)

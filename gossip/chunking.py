@@ -45,9 +45,13 @@ def sha256(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def split(data: bytes, max_chunk_data: int, inner_digest: bytes) -> list[Chunk]:
+def split(
+    data: bytes, max_chunk_data: int, inner_digest: bytes, *, views: bool = False
+) -> list[Chunk]:
     """Cut `data` (an encoded envelope whose signing digest is `inner_digest`) into chunks
-    of at most `max_chunk_data` bytes each (>= 2 chunks unless small)."""
+    of at most `max_chunk_data` bytes each (>= 2 chunks unless small). With `views`, each
+    chunk's data is a memoryview of `data` (no copy; the gossip layer copies it once, into
+    the chunk's wire bytes); otherwise bytes."""
     if max_chunk_data < 1:
         raise ValueError("max_chunk_data must be >= 1")
     if not data:
@@ -57,8 +61,9 @@ def split(data: bytes, max_chunk_data: int, inner_digest: bytes) -> list[Chunk]:
         raise ValueError(f"{len(data)} bytes need {count} chunks; at most {MAX_CHUNKS} allowed")
     if len(inner_digest) != 32:
         raise ValueError("inner_digest must be 32 bytes")
+    source = memoryview(data) if views else data
     return [
-        Chunk(inner_digest, index, count, len(data), data[start : start + max_chunk_data])
+        Chunk(inner_digest, index, count, len(data), source[start : start + max_chunk_data])
         for index, start in enumerate(range(0, len(data), max_chunk_data))
     ]
 

@@ -78,7 +78,7 @@ from gossip.seen import SeenCache
 from swarm.clock import Clock
 from swarm.codec import Limits
 from swarm.config.network import GossipConfig
-from swarm.envelope import Envelope, decode_envelope, seal
+from swarm.envelope import Envelope, decode_envelope, seal, seal_parts
 from swarm.errors import WireError
 from swarm.identity import Identity
 from swarm.messages import (
@@ -249,8 +249,8 @@ class Gossip:
             wires = [data]
         else:
             wires = [
-                self._seal(Chunk.KIND, version, encode_payload(chunk)).encode()
-                for chunk in split(data, self.chunk_data_bytes, envelope.signing_digest)
+                self._seal_parts(Chunk.KIND, version, chunk.payload_parts())
+                for chunk in split(data, self.chunk_data_bytes, envelope.signing_digest, views=True)
             ]
         sent = 0
         for wire in wires:
@@ -278,11 +278,30 @@ class Gossip:
                 kind, cause, exc, self.counters.publish_failed[cause], cause,
             )
 
-    def _seal(self, kind: str, policy_version: int, payload: bytes) -> Envelope:
+    def _take_seq(self) -> int:
         seq = self._next_seq
         if seq > MAX_SEQ:
             raise RuntimeError("sequence numbers exhausted")
         self._next_seq += 1
+        return seq
+
+    def _seal_parts(
+        self, kind: str, policy_version: int, parts: tuple[bytes, bytes | memoryview]
+    ) -> bytes:
+        """The wire bytes of `_seal(kind, policy_version, b"".join(parts)).encode()`, the
+        parts copied once (chunks: their data is a view of the inner envelope)."""
+        wire, _ = seal_parts(
+            self.identity,
+            kind=kind,
+            swarm_id=self.swarm_id,
+            seq=self._take_seq(),
+            policy_version=policy_version,
+            payload_parts=parts,
+        )
+        return wire
+
+    def _seal(self, kind: str, policy_version: int, payload: bytes) -> Envelope:
+        seq = self._take_seq()
         return seal(
             self.identity,
             kind=kind,

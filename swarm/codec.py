@@ -40,6 +40,19 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def bin_header(length: int) -> bytes:
+    """The msgpack header of a bin of `length` bytes, in the smallest form, as `pack`
+    writes it: `bin_header(len(b)) + b == pack(b)` (lets a caller frame large bytes it
+    holds in pieces without first joining them)."""
+    if length < 0 or length >= 1 << 32:
+        raise ValueError(f"a msgpack bin holds 0 to 2**32 - 1 bytes, not {length}")
+    if length < 1 << 8:
+        return b"\xc4" + length.to_bytes(1, "big")
+    if length < 1 << 16:
+        return b"\xc5" + length.to_bytes(2, "big")
+    return b"\xc6" + length.to_bytes(4, "big")
+
+
 def _depth_ok(obj: Any, max_depth: int) -> bool:
     """No value nested deeper than `max_depth` (the top object is at depth 0), that is no
     non-empty list or dict at depth `max_depth`. Walks one level at a time, visiting only

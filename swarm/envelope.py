@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from swarm import PROTOCOL_VERSION
-from swarm.codec import Limits, pack, unpack
+from swarm.codec import Limits, bin_header, pack, unpack
 from swarm.errors import WireError
 from swarm.identity import Identity, verify
 from swarm.messages import PAYLOAD_TYPES
@@ -39,6 +39,8 @@ _DOMAIN = b"swarm/envelope/v3\x00"
 MAX_SWARM_ID_CHARS = 128
 MAX_KIND_BYTES = 32
 MAX_SENDER_BYTES = 128
+_FRAME_AT_BYTES = 1 << 16
+"""Payloads from this size on are framed by hand (`_frame`), smaller ones by msgpack."""
 MAX_WIRE_INT = 2**53 - 1
 """`seq` and `policy_version` stay below 2**53, so every JSON/JavaScript peer reads them
 exactly (senders start `seq` at wall-clock microseconds: ~1.8e15 today)."""
@@ -62,34 +64,75 @@ class Envelope:
 
     def signed_bytes(self) -> bytes:
         """The signing input (module docstring); fields must be within the wire's ranges."""
-        kind, swarm, sender = (x.encode() for x in (self.kind, self.swarm_id, self.sender))
-        return b"".join(
-            (
-                _DOMAIN,
-                struct.pack(">HB", self.version, len(kind)),
-                kind,
-                struct.pack(">H", len(swarm)),
-                swarm,
-                struct.pack(">B", len(sender)),
-                sender,
-                struct.pack(">QQ", self.seq, self.policy_version),
-                hashlib.sha256(self.payload).digest(),
-            )
-        )
+        return _signing_input(
+            self.version, self.kind, self.swarm_id, self.sender, self.seq,
+            self.policy_version, hashlib.sha256(self.payload).digest(),
+        )  # fmt: skip
 
     def encode(self) -> bytes:
-        return pack(
-            [
-                self.version,
-                self.kind,
-                self.swarm_id,
-                self.sender,
-                self.seq,
-                self.policy_version,
-                self.payload,
-                self.signature,
-            ]
+        fields = (self.version, self.kind, self.swarm_id, self.sender, self.seq,
+                  self.policy_version)  # fmt: skip
+        if len(self.payload) < _FRAME_AT_BYTES:
+            return pack([*fields, self.payload, self.signature])
+        # The same bytes, the payload copied once (msgpack's packer grows its buffer).
+        return _frame(fields, (self.payload,), len(self.payload), self.signature)
+
+
+def _signing_input(
+    version: int, kind: str, swarm_id: str, sender: str, seq: int, policy_version: int,
+    payload_digest: bytes,
+) -> bytes:  # fmt: skip
+    kind_b, swarm, sender_b = (x.encode() for x in (kind, swarm_id, sender))
+    return b"".join(
+        (
+            _DOMAIN,
+            struct.pack(">HB", version, len(kind_b)),
+            kind_b,
+            struct.pack(">H", len(swarm)),
+            swarm,
+            struct.pack(">B", len(sender_b)),
+            sender_b,
+            struct.pack(">QQ", seq, policy_version),
+            payload_digest,
         )
+    )
+
+
+def seal_parts(
+    identity: Identity,
+    *,
+    kind: str,
+    swarm_id: str,
+    seq: int,
+    policy_version: int,
+    payload_parts: Sequence[bytes | memoryview],
+) -> tuple[bytes, bytes]:
+    """(wire bytes, signing digest) of the envelope `seal` would make for the payload
+    `b"".join(payload_parts)`, byte for byte, without building that payload: its parts
+    are hashed in place and copied once, into the wire bytes (large chunks)."""
+    digest = hashlib.sha256()
+    size = 0
+    for part in payload_parts:
+        digest.update(part)
+        size += len(part)
+    signed = _signing_input(
+        PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, policy_version, digest.digest()
+    )
+    fields = (PROTOCOL_VERSION, kind, swarm_id, identity.peer_id, seq, policy_version)
+    wire = _frame(fields, payload_parts, size, identity.sign(signed))
+    return wire, hashlib.sha256(signed).digest()
+
+
+def _frame(
+    fields: tuple[int, str, str, str, int, int],
+    payload_parts: Sequence[bytes | memoryview],
+    payload_size: int,
+    signature: bytes,
+) -> bytes:
+    """`pack([*fields, b"".join(payload_parts), signature])`, byte for byte (a msgpack
+    array of 8 is its header byte and its items' encodings in order), in one copy."""
+    head = b"\x98" + b"".join(pack(x) for x in fields)
+    return b"".join((head, bin_header(payload_size), *payload_parts, pack(signature)))
 
 
 def seal(

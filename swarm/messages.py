@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from swarm.codec import Limits, pack, unpack
+from swarm.codec import Limits, bin_header, pack, unpack
 from swarm.errors import WireError
 
 MAX_NAME_CHARS = 256
@@ -321,7 +321,8 @@ class Chunk:
     index: int
     count: int
     total_size: int
-    data: bytes
+    data: bytes | memoryview
+    """bytes when decoded; a sender may hold a view of the envelope it cuts up."""
 
     def to_wire(self) -> dict:
         return {
@@ -331,6 +332,17 @@ class Chunk:
             "total_size": self.total_size,
             "data": self.data,
         }
+
+    def payload_parts(self) -> tuple[bytes, bytes | memoryview]:
+        """`encode_payload(self)` as (everything before the data, the data itself), so
+        that the data can be framed without a copy (`swarm.envelope.seal_parts`)."""
+        fields = self.to_wire()
+        del fields["data"]
+        head = pack(fields)
+        # A map of 4 (0x84) becomes a map of 5 (0x85) with "data" appended last, the
+        # order to_wire gives it: the bytes equal pack(self.to_wire()).
+        head = b"\x85" + head[1:] + pack("data") + bin_header(len(self.data))
+        return head, self.data
 
     @classmethod
     def from_wire(cls, obj: Any) -> Chunk:

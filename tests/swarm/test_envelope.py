@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 from swarm import PROTOCOL_VERSION
-from swarm.codec import Limits, pack
-from swarm.envelope import Envelope, decode_envelope, seal
+from swarm.codec import Limits, bin_header, pack
+from swarm.envelope import Envelope, decode_envelope, seal, seal_parts
 from swarm.errors import WireError
 from swarm.identity import Identity
-from swarm.messages import Hello, decode_payload, encode_payload
+from swarm.messages import Chunk, Hello, decode_payload, encode_payload
 
 V = PROTOCOL_VERSION
 SWARM = "test-swarm"
@@ -138,3 +138,38 @@ def test_malformed_structure(fields: object) -> None:
 def test_garbage_bytes() -> None:
     assert reason(b"\x00\x01garbage") == "malformed"
     assert reason(b"") == "malformed"
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65_535, 65_536, 1_000_003])
+def test_bin_header_frames_bytes_as_pack_does(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    assert bin_header(len(data)) + data == pack(data)
+
+
+@pytest.mark.parametrize("size", [1, 200, 70_000, 1_048_000])
+@pytest.mark.parametrize("seq", [0, 2**53 - 1])
+def test_sealing_a_chunk_in_parts_is_byte_identical(size: int, seq: int) -> None:
+    """`seal_parts` (chunks framed from a view, copied once) must produce exactly the bytes
+    and signing digest of `seal` + `encode` of the joined payload."""
+    inner = bytes(i % 251 for i in range(size + 17))
+    chunk = Chunk(b"\x07" * 32, 3, 9, 1 << 33, memoryview(inner)[17:])
+    head, data = chunk.payload_parts()
+    assert head + bytes(data) == encode_payload(chunk)
+    fields = {"kind": "chunk", "swarm_id": SWARM, "seq": seq, "policy_version": 5}
+    wire, digest = seal_parts(IDENTITY, payload_parts=(head, data), **fields)
+    whole = seal(IDENTITY, payload=encode_payload(chunk), **fields)
+    assert wire == whole.encode()
+    assert digest == whole.signing_digest
+    decoded = decode_envelope(wire, Limits(max_message_bytes=2 << 20, max_bin_len=2 << 20), SWARM)
+    assert decode_payload("chunk", decoded.payload, Limits(max_bin_len=2 << 20)) == Chunk(
+        b"\x07" * 32, 3, 9, 1 << 33, inner[17:]
+    )
+
+
+@pytest.mark.parametrize("size", [0, 65_535, 65_536, 3_000_001])
+def test_large_envelopes_encode_as_msgpack_does(size: int) -> None:
+    envelope = sealed(payload=bytes(i % 253 for i in range(size)))
+    assert envelope.encode() == pack(
+        [envelope.version, envelope.kind, envelope.swarm_id, envelope.sender, envelope.seq,
+         envelope.policy_version, envelope.payload, envelope.signature]
+    )  # fmt: skip

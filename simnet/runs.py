@@ -1,7 +1,11 @@
 """Running a scenario's seeds and variants: output directories, aggregates, the summary.
 
-Invariant: `run_scenario` refuses an existing non-empty run dir unless `overwrite`, and
-writes `summary.json` only after every run finished.
+Invariants: `run_scenario` refuses an existing non-empty run dir unless `overwrite`, and
+writes `summary.json` only after every run finished. A run restricted to some variants or
+seeds adds its runs to the ones an earlier run of the same scenario recorded there (still
+on disk), so a grid run variant by variant, seed by seed, ends with one summary of every
+configuration; runs and configurations are listed in the scenario's variant order, then
+by seed (the first configuration is the one every ratio in the summary is taken to).
 """
 
 from __future__ import annotations
@@ -70,6 +74,37 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _with_earlier_runs(
+    out: Path, scenario: Scenario, runs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`runs` plus the runs `<out>/summary.json` lists for the same scenario (of the same
+    length) that this call did not redo and whose directory still holds a `run.json`, in
+    the scenario's variant order, then by seed."""
+    earlier: list[dict[str, Any]] = []
+    try:
+        recorded = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if (
+        isinstance(recorded, dict)
+        and recorded.get("scenario") == scenario.name
+        and recorded.get("rounds") == scenario.rounds
+        and isinstance(recorded.get("runs"), list)
+    ):
+        redone = {r["dir"] for r in runs}
+        earlier = [
+            r
+            for r in recorded["runs"]
+            if isinstance(r, dict)
+            and r.get("dir") not in redone
+            and (out / str(r.get("dir")) / "run.json").is_file()
+        ]
+    order = {(v.name if v is not None else None): i for i, v in enumerate(scenario.variant_list())}
+    return sorted(
+        earlier + runs, key=lambda r: (order.get(r.get("variant"), len(order)), r.get("seed", 0))
+    )
+
+
 def run_scenario(
     scenario: Scenario | str | Path,
     out_dir: str | Path,
@@ -134,6 +169,7 @@ def run_scenario(
                     label, number, len(plan), total, total, summary["virtual_s"], True, summary
                 )
             )
+    runs = _with_earlier_runs(out, scenario, runs)
     result = {
         "scenario": scenario.name,
         "description": scenario.description,

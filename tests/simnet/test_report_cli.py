@@ -101,3 +101,24 @@ def test_cli_run_and_report(tmp_path: Path) -> None:
     bad.write_text('name = "b"\nrounds = 0\n[[nodes]]\n')
     invalid = runner.invoke(app, ["simnet", "run", str(bad)])
     assert invalid.exit_code == 2 and "rounds" in invalid.output
+
+
+def test_runs_made_variant_by_variant_end_in_one_summary(tmp_path: Path) -> None:
+    """A grid run one variant and seed at a time (as long grids are) must leave a summary
+    of every configuration in the scenario's order: each call used to replace it with its
+    own runs, and the report then compared everything with the last variant run."""
+    out = tmp_path / "grid"
+    grid = scenario(rounds=8, seeds=[0, 1], variants=GRID)
+    run_scenario(grid, out, variants=["i2-j2"], seeds=[0])
+    run_scenario(grid, out, variants=["i4-j0"], seeds=[0])
+    result = run_scenario(grid, out, variants=["i2-j2"], seeds=[1])
+    assert [r["dir"] for r in result["runs"]] == ["i4-j0/seed-0", "i2-j2/seed-0", "i2-j2/seed-1"]
+    assert [c["label"] for c in result["configurations"]] == ["4/0", "2/2"]
+    assert json.loads((out / "summary.json").read_text()) == result
+    assert [row["label"] for row in table_rows(load_runs(out))] == ["4/0", "2/2"]
+    # The summary of another scenario (here: of another length) is replaced, not merged.
+    other = scenario(rounds=6, seeds=[0], variants=GRID)
+    replaced = run_scenario(other, out / "other", variants=["i2-j2"])
+    (out / "summary.json").write_text(json.dumps(replaced))
+    fresh = run_scenario(grid, out, variants=["i4-j0"], seeds=[1])
+    assert [r["dir"] for r in fresh["runs"]] == ["i4-j0/seed-1"]

@@ -336,13 +336,12 @@ class Chunk:
     def payload_parts(self) -> tuple[bytes, bytes | memoryview]:
         """`encode_payload(self)` as (everything before the data, the data itself), so
         that the data can be framed without a copy (`swarm.envelope.seal_parts`)."""
+        # A msgpack map of 5 is its header byte, then each key's and value's encoding in
+        # to_wire's order, "data" last: the head and the data join to pack(self.to_wire()).
         fields = self.to_wire()
         del fields["data"]
-        head = pack(fields)
-        # A map of 4 (0x84) becomes a map of 5 (0x85) with "data" appended last, the
-        # order to_wire gives it: the bytes equal pack(self.to_wire()).
-        head = b"\x85" + head[1:] + pack("data") + bin_header(len(self.data))
-        return head, self.data
+        head = b"\x85" + b"".join(pack(k) + pack(v) for k, v in fields.items())
+        return head + pack("data") + bin_header(len(self.data)), self.data
 
     @classmethod
     def from_wire(cls, obj: Any) -> Chunk:

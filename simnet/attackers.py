@@ -20,6 +20,11 @@ Behaviours (`ATTACK_BEHAVIORS`):
   forged groups.
 - `silent_mid_chunk`: starts large validly signed chunked messages and goes silent
   halfway, leaving partial sets in receivers' reassembly buffers.
+- `signal_bait`: `sybil_keys` identities, each sending groups built to win the
+  `signal` selection rule and to pass every check: half the completions are the
+  answer with a trailing space (which the reward's `strip()` accepts), half a wrong
+  answer, with the rewards the receiver will recompute (nothing to refuse, nobody to
+  blame). It crowds peers' own groups out of the external slots and teaches a format.
 
 Invariants:
 - Deterministic: every choice comes from the attacker's own seeded RNG and the messages
@@ -39,6 +44,7 @@ from dataclasses import dataclass
 
 from gossip.chunking import split
 from rewards.mixture import TaskStream
+from rewards.registry import score_group
 from rewards.tasks import make_task
 from simnet.scenario import ATTACK_BEHAVIORS
 from swarm.codec import Limits, unpack
@@ -246,6 +252,19 @@ class Attacker:
             self._send(self.peers, self._sealed(identity, "hello", hello, policy_version=claim))
             batch = self._batch(self._forged_groups())
             self._send(self.rollouts, self._sealed(identity, "rollouts", batch))
+
+    def _tick_signal_bait(self) -> None:
+        for identity in self.identities:
+            groups = []
+            for ref in self._tasks():
+                task = make_task(ref)
+                half = self.group_size // 2
+                completions = [task.answer + " "] * half + [task.answer + "0"] * (
+                    self.group_size - half
+                )
+                rewards = score_group(task, completions, self.config.rewards)
+                groups.append(self._group(ref, task.prompt, completions, rewards))
+            self._send(self.rollouts, self._sealed(identity, "rollouts", self._batch(groups)))
 
     def _tick_silent_mid_chunk(self) -> None:
         identity = self.identities[0]

@@ -53,6 +53,7 @@ from simnet.attackers import Attacker, AttackSettings
 from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
 from simnet.scenario import (
+    MANY_KEYS,
     ChurnFault,
     LeaveFault,
     PartitionFault,
@@ -180,7 +181,7 @@ class Simulation:
         spec = plan.group.hostile
         extra = [
             Identity.from_seed(derive_bytes(self.seed, plan.name, "sybil", i))
-            for i in range(1, spec.sybil_keys if plan.group.behavior == "sybil" else 1)
+            for i in range(1, spec.sybil_keys if plan.group.behavior in MANY_KEYS else 1)
         ]
         settings = AttackSettings(
             plan.group.behavior,

@@ -266,11 +266,14 @@ Behavior = Literal[
     "forged_rewards",
     "sybil",
     "silent_mid_chunk",
+    "signal_bait",
 ]
 ATTACK_BEHAVIORS: tuple[str, ...] = tuple(
     b for b in get_args(Behavior) if b not in ("honest", "poison_deltas")
 )
 """Behaviours of wire attackers (`simnet.attackers`): peers that send, never train."""
+MANY_KEYS: tuple[str, ...] = ("sybil", "signal_bait")
+"""Attacks made with `hostile.sybil_keys` identities (the others use one)."""
 
 
 class HostileSpec(StrictModel):
@@ -279,7 +282,7 @@ class HostileSpec(StrictModel):
     flood_messages: int = Field(200, ge=1, le=100_000)
     """`flood`: signed messages sent per tick."""
     sybil_keys: int = Field(8, ge=1, le=4096)
-    """`sybil`: identities one attacker holds."""
+    """`sybil`, `signal_bait`: identities one attacker holds."""
     groups_per_batch: int = Field(4, ge=1, le=256)
     """Rollout groups per batch the attacker sends (`forged_rewards`, `sybil`, ...)."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from node.metrics import read_metrics
 from simnet import attackers
 from simnet.engine import Simulation
 from simnet.scenario import ATTACK_BEHAVIORS
@@ -22,6 +23,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "forged_rewards": ("forged_rewards", "ignored_peer"),
     "sybil": ("forged_rewards", "ignored_peer"),
     "silent_mid_chunk": ("reassembly_expired",),
+    "signal_bait": (),  # nothing to refuse: its claims are what receivers recompute
 }
 ATTRIBUTABLE = {"wrong_swarm", "flood", "mismatched_prompt", "forged_rewards", "sybil"}
 
@@ -81,3 +83,21 @@ def test_a_forger_is_ignored_then_forgiven_then_ignored_longer(tmp_path: Path) -
     for node in summary["nodes"]:
         scores = node["peer_scores_last_incarnation"]
         assert scores["ignores_started"] >= 2 and scores["forgiven"] >= 1
+
+
+def test_signal_bait_is_trained_on_and_blamed_on_nobody(tmp_path: Path) -> None:
+    """A known, measured gap (docs/sapo_grid.md, "Under an attack no check anticipates"):
+    groups whose claimed rewards are exactly what receivers recompute, with the largest
+    reward spread, win the `signal` rule's external slots and are never refused. A defence
+    against it must change this test's assertions."""
+    run = attacked("signal_bait")
+    data = run.model_dump()
+    data["defaults"]["sapo"]["external_selection"] = "signal"
+    summary = Simulation(type(run).model_validate(data), None, 0, tmp_path).run()
+    bait = set(summary["attackers"][0]["peer_ids"])
+    assert len(bait) == 6
+    for node in summary["nodes"]:
+        records = read_metrics(tmp_path / node["name"] / "metrics.jsonl")
+        from_bait = sum(n for r in records for s, n in r["external_by_sender"].items() if s in bait)
+        assert from_bait >= len(records)  # most external slots go to the attacker
+        assert node["peer_scores_last_incarnation"]["ignores_started"] == 0

@@ -31,6 +31,7 @@ from node.learner import Learner
 from node.peer_table import PeerInfo, peer_rows
 from node.pool import RolloutPool
 from node.rescore import Refused
+from node.selection import trainable_mask, trainable_share
 from node.workers import Rescorer
 from rewards.mixture import wire_source
 from swarm.clock import Clock
@@ -46,6 +47,7 @@ MAX_PEERS_TRACKED = 4096
 NOT_THE_PEERS_FAULT = frozenset(
     {
         "zero_variance",
+        "no_trainable_signal",
         "stale",
         "stale_version",
         "pending_full",
@@ -103,6 +105,8 @@ class Intake:
             if config.tasks.accept_foreign
             else frozenset(wire_source(spec) for spec in config.tasks.mixture)
         )
+        self.trajectory_rule = config.train.foreign_trajectory
+        """Which peers' completions our trainer trains (`policy.trajectories`)."""
         self.held_out_seeds = held_out_seeds
         """Task seeds of our held-out set: never trained on (`node.evaluation`)."""
         self.sender_versions = SenderVersions(MAX_PEERS_TRACKED)
@@ -220,6 +224,12 @@ class Intake:
             if rescored.forged:
                 self.drop("forged_rewards", sender)
                 continue
+            share = trainable_share(
+                rescored.rewards, trainable_mask(group.finished, self.trajectory_rule)
+            )
+            if share == 0.0:  # e.g. only unfinished completions differ: nothing to train
+                self.drop("no_trainable_signal", sender)  # counted, not blamed
+                continue
             refused_by_pool = self.pool.add(
                 sender,
                 group,
@@ -227,6 +237,7 @@ class Intake:
                 own_round=admission.arrival_round,
                 sender_version=self.sender_version(sender),
                 now=admission.arrival_time,
+                trainable_share=share,
             )
             if refused_by_pool is None:
                 self.gossip.credit(sender, CREDIT_PER_GROUP)

@@ -92,7 +92,9 @@ class PolicyLearner:
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
         self.save_optimizer = config.node.checkpoint_optimizer
-        self.foreign_eos = config.train.foreign_eos
+        self.foreign_eos = config.train.foreign_trajectory != "text" or config.train.foreign_eos
+        """Whether the trainer needs peers' `finished` bits, and their logprobs with the
+        stop token's (it drops that one where it does not train the stop token)."""
         self.rewards_config = resolve_answer_format(config.rewards, self.renderer.mode == "chat")
         """The rewards config with `answer_format` resolved for this model's prompts (the
         node re-scores peers' groups with the same)."""
@@ -200,7 +202,8 @@ class PolicyLearner:
     def _peer_logprobs(self, e: ExternalGroup) -> list[list[float]] | None:
         """A peer's sampler logprobs for the trainer: only from a peer of our model family
         (our tokenizer and base), and without the stop token's where the trainer appends
-        no EOS (`foreign_eos` off), so they line up with the tokens it trains."""
+        no EOS (`foreign_trajectory = "text"` with `foreign_eos` off), so they line up
+        with the tokens it trains."""
         if not e.sampler_logprobs or e.model_family != self.model_family:
             return None
         ended = e.finished or (False,) * len(e.completions)

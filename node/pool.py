@@ -18,8 +18,9 @@ Invariants:
   from a seeded RNG. `"signal"`: highest expected learning signal first
   (`node.selection.select_by_signal`: reward spread times the task's novelty against
   what this node trained in its last `novelty_window` rounds, `trained` plus earlier
-  selections), ties in the same seeded random order. The memory of recent tasks is not
-  checkpointed (after a restart every task is novel again).
+  selections, times the entry's trainable share), ties in the same seeded random order.
+  The memory of recent tasks is not checkpointed (after a restart every task is novel
+  again).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class PoolEntry:
     rewards: tuple[float, ...]  # re-scored locally
     size_bytes: int
     arrival: int
+    trainable_share: float = 1.0
+    """Share of its GRPO signal the trainer will train on (`node.selection.trainable_share`)."""
 
 
 @dataclass
@@ -88,10 +91,12 @@ class RolloutPool:
         own_round: int,
         sender_version: int,
         now: float,
+        trainable_share: float = 1.0,
     ) -> str | None:
         """Insert a re-scored group that arrived now. Returns None, or why it was refused
         (counted in `evicted` too): `stale_version` (its version already lags what its
-        sender runs too far) or `too_large` (bigger than the whole pool)."""
+        sender runs too far) or `too_large` (bigger than the whole pool).
+        `trainable_share` weighs it in `signal` selection."""
         if version_lag(sender_version, group.policy_version) > self.rule.max_version_lag:
             self.evicted["stale_on_arrival"] += 1
             return "stale_version"
@@ -101,7 +106,11 @@ class RolloutPool:
             self.evicted["too_large"] += 1
             return "too_large"
         self._arrivals += 1
-        self.entries.append(PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals))
+        self.entries.append(
+            PoolEntry(
+                sender, own_round, now, group, rewards, size, self._arrivals, trainable_share
+            )
+        )
         self.bytes_held += size
         while len(self.entries) > self.max_groups or self.bytes_held > self.max_bytes:
             held = Counter(e.sender for e in self.entries)
@@ -178,6 +187,7 @@ class RolloutPool:
                 count,
                 self.per_sender_cap,
                 self.recent.counts(own_round),
+                [e.trainable_share for e in candidates],
             )
             chosen = [candidates[i] for i in picked]
         else:

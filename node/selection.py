@@ -13,10 +13,15 @@ of which tasks this node trained lately.
   1/2: GRPO's summed |advantage| under std normalisation is proportional to it) times
   the task's novelty `1 / (1 + seen)`, `seen` being how many times this node trained the
   same task (prompt) in its last `novelty_window` rounds.
-- `select_by_signal(...)`: greedy by expected signal, ties broken by the caller's random
-  order; it keeps the pool's guarantees: at most `per_sender_cap` per sender, each entry
-  at most once (without replacement), and a task chosen twice in one call counts as seen
-  for the second pick.
+- `trainable_share(rewards, trainable)`: the share of a group's GRPO signal (its summed
+  |reward - group mean|) carried by completions the trainer will train on (`trainable`:
+  `trainable_mask(finished, rule)`, from `train.foreign_trajectory`: under `ended` only
+  completions that ended). 1.0 when every completion is trainable; 0.0 when none that
+  deviates from the mean is: such a group would fill an external slot and teach nothing.
+- `select_by_signal(...)`: greedy by expected signal (times each candidate's trainable
+  share), ties broken by the caller's random order; it keeps the pool's guarantees: at
+  most `per_sender_cap` per sender, each entry at most once (without replacement), and a
+  task chosen twice in one call counts as seen for the second pick.
 
 Invariants: every function here is deterministic given its inputs; none drops a group
 for being stale (the pool filters staleness before calling); scores are >= 0.
@@ -68,20 +73,51 @@ def expected_signal(rewards: Sequence[float], seen: int = 0) -> float:
     return reward_std(rewards) / (1 + seen)
 
 
+def trainable_mask(finished: Sequence[bool], rule: str) -> tuple[bool, ...]:
+    """Which of a peer group's completions the trainer may train under
+    `train.foreign_trajectory` = `rule`: `ended` those that ended (the wire's `finished`
+    bit); `whole` and `text` all of them (whether an unfinished one fills the local budget
+    is only known once re-tokenized, so it counts as trainable here)."""
+    if rule == "ended":
+        return tuple(bool(f) for f in finished)
+    return (True,) * len(finished)
+
+
+def trainable_share(rewards: Sequence[float], trainable: Sequence[bool]) -> float:
+    """Share of the summed |reward - mean| carried by `trainable` completions (0.0 for a
+    group without variance)."""
+    if len(trainable) != len(rewards):
+        raise ValueError("one trainable flag per reward")
+    if len(rewards) < 2:
+        return 0.0
+    mean = math.fsum(rewards) / len(rewards)
+    deviations = [abs(r - mean) for r in rewards]
+    total = math.fsum(deviations)
+    if total == 0.0:
+        return 0.0
+    return math.fsum(d for d, t in zip(deviations, trainable, strict=True) if t) / total
+
+
 def select_by_signal(
     candidates: Sequence[tuple[str, str, Sequence[float]]],
     count: int,
     per_sender_cap: int,
     seen: dict[str, int],
+    shares: Sequence[float] | None = None,
 ) -> list[int]:
     """Indices of at most `count` candidates `(sender, task_key, rewards)`, highest
-    `expected_signal` first (ties: lower index first, so pass candidates in random
-    order), at most `per_sender_cap` per sender, each index once. `seen` counts recent
-    trainings per task key (not modified)."""
+    `expected_signal` (times the candidate's `shares` entry, its trainable share; None:
+    all 1) first (ties: lower index first, so pass candidates in random order), at most
+    `per_sender_cap` per sender, each index once. `seen` counts recent trainings per
+    task key (not modified)."""
+    if shares is not None and len(shares) != len(candidates):
+        raise ValueError("one share per candidate")
     chosen: list[int] = []
     per_sender: Counter[str] = Counter()
     seen_now = Counter(seen)
     spread = [reward_std(rewards) for _, _, rewards in candidates]  # = expected_signal(r, 0)
+    if shares is not None:
+        spread = [s * share for s, share in zip(spread, shares, strict=True)]
     remaining = list(range(len(candidates)))
     while len(chosen) < count and remaining:
         best, best_score = -1, -1.0

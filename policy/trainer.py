@@ -7,12 +7,13 @@ Per step:
 3. Token ids: prompts are task questions rendered by the node's `PromptRenderer` (chat
    template or plain; the sampler uses the same one). A local group's sampled ids are
    used as they are; a foreign group's (peer's) completion texts are re-tokenized with
-   the local tokenizer (separately from the prompt, so the boundary is exact; the local
-   EOS is appended only where the caller says a completion `finished`). A foreign
-   completion longer than the local `max_new_tokens` (in local tokens) is truncated to it
-   and trained as unfinished (no EOS), counted in `n_truncated`: a peer with a larger
-   budget cannot make one sample weigh more than a local one. Completions longer than
-   `max_completion_tokens` are left out (counted in `n_too_long`).
+   the local tokenizer (separately from the prompt, so the boundary is exact). Which of
+   its tokens are trained is `policy.trajectories`' rule (`foreign_trajectory`): by
+   default only a completion that ended (the caller says it `finished`), with the local
+   EOS appended and within the local `max_new_tokens`; anything else is left out of the
+   loss (`n_peer_partial`). So a peer with a larger budget cannot make one sample weigh
+   more than a local one, nor teach a text that never ended with the reward of a text.
+   Completions longer than `max_completion_tokens` are left out (`n_too_long`).
    Group size: a group of G' completions is weighted `min(1, G / G')` per sequence (G the
    local group size), folded into its advantages (the policy-gradient term scales
    exactly: the clipped objective is positively homogeneous in the advantage; the KL
@@ -70,6 +71,7 @@ from policy.offpolicy import plausible, tis_or_one
 from policy.precision import compute_context, lr_factor
 from policy.prompts import PromptRenderer
 from policy.sampler import encode_completion, stop_token_ids
+from policy.trajectories import peer_completion_ids
 from swarm.config.learning import SamplerConfig, TrainConfig
 
 
@@ -119,7 +121,11 @@ class StepStats:
     n_too_long: int = 0
     """Completions left out for exceeding `max_completion_tokens`."""
     n_truncated: int = 0
-    """Foreign completions cut to the local `max_new_tokens` (trained without EOS)."""
+    """Foreign completions cut to the local `max_new_tokens` (trained without EOS;
+    `foreign_trajectory = "text"` only)."""
+    n_peer_partial: int = 0
+    """Peer completions left out of the loss as no whole trajectory of the local sampler
+    (`foreign_trajectory = "whole"`, `policy.trajectories`)."""
     learning_rate: float = 0.0
     """Learning rate of the step's (last) optimizer step."""
     n_sequences: int = 0
@@ -245,21 +251,26 @@ class Trainer:
         for i, text in enumerate(group.completions):
             if not keep[i]:
                 continue
-            sampler_lp = None
+            sampler_lp, ended_without_eos = None, False
             if use_ids:
                 ids = list(group.completion_token_ids[i])  # type: ignore[index]
                 if group.sampler_logprobs is not None:
                     sampler_lp = list(group.sampler_logprobs[i])
             else:
-                ids = encode_completion(self.tokenizer, text)
-                finished = bool(group.finished and group.finished[i]) and self.eos_id is not None
-                limit = self.max_completion_length
-                if limit is not None and len(ids) + finished > limit:
-                    ids = ids[:limit]
-                    if stats is not None:
-                        stats.n_truncated += 1
-                elif finished:
-                    ids.append(int(self.eos_id))
+                peer = peer_completion_ids(
+                    encode_completion(self.tokenizer, text),
+                    bool(group.finished and group.finished[i]),
+                    self.eos_id,
+                    self.max_completion_length,
+                    self.config.foreign_trajectory,
+                    append_eos=self._trains_peer_stop(float(adv[i])),
+                )
+                if stats is not None:
+                    stats.n_truncated += peer.outcome == "truncated"
+                    stats.n_peer_partial += peer.outcome == "partial"
+                if peer.ids is None:
+                    continue
+                ids, ended_without_eos = peer.ids, peer.ended_without_eos
             if not ids or not prompt_ids:
                 continue
             if len(ids) > self.config.max_completion_tokens:
@@ -269,9 +280,17 @@ class Trainer:
             row = _Row(prompt_ids + ids, len(prompt_ids), float(adv[i]), sampler_lp)
             if not group.local:
                 peer_lp = group.sampler_logprobs[i] if group.sampler_logprobs else None
+                if peer_lp and ended_without_eos:
+                    peer_lp = peer_lp[:-1]  # the stop token's, which is not trained
                 self._peer_treatment(row, len(ids), peer_lp, stats)
             rows.append(row)
         return rows
+
+    def _trains_peer_stop(self, advantage: float) -> bool:
+        """Whether a peer's ended completion with this advantage is trained with our EOS."""
+        if self.config.foreign_trajectory == "text":
+            return self.config.foreign_eos
+        return self.config.foreign_stop == "all" or advantage > 0
 
     def _peer_treatment(
         self, row: _Row, n_ids: int, peer_lp: list[float] | None, stats: StepStats | None

@@ -25,6 +25,12 @@ Behaviours (`ATTACK_BEHAVIORS`):
   answer with a trailing space (which the reward's `strip()` accepts), half a wrong
   answer, with the rewards the receiver will recompute (nothing to refuse, nobody to
   blame). It crowds peers' own groups out of the external slots and teaches a format.
+  Its completions claim they never ended: under `train.foreign_trajectory = "ended"`
+  (the default) none of them is trainable, so its groups are dropped on arrival
+  (`no_trainable_signal`, not blamed).
+- `signal_bait_ended`: the same groups, every completion claiming it ended: the bait
+  adapted to the `ended` rule. Receivers then train "answer, space, EOS" (correct under
+  their own reward, and ending) against a wrong answer.
 
 Invariants:
 - Deterministic: every choice comes from the attacker's own seeded RNG and the messages
@@ -40,7 +46,7 @@ import hashlib
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gossip.chunking import split
 from rewards.mixture import TaskStream
@@ -253,7 +259,7 @@ class Attacker:
             batch = self._batch(self._forged_groups())
             self._send(self.rollouts, self._sealed(identity, "rollouts", batch))
 
-    def _tick_signal_bait(self) -> None:
+    def _tick_signal_bait(self, ended: bool = False) -> None:
         for identity in self.identities:
             groups = []
             for ref in self._tasks():
@@ -263,8 +269,14 @@ class Attacker:
                     self.group_size - half
                 )
                 rewards = score_group(task, completions, self.config.rewards)
-                groups.append(self._group(ref, task.prompt, completions, rewards))
+                group = self._group(ref, task.prompt, completions, rewards)
+                if ended:
+                    group = replace(group, finished=(True,) * len(completions))
+                groups.append(group)
             self._send(self.rollouts, self._sealed(identity, "rollouts", self._batch(groups)))
+
+    def _tick_signal_bait_ended(self) -> None:
+        self._tick_signal_bait(ended=True)
 
     def _tick_silent_mid_chunk(self) -> None:
         identity = self.identities[0]

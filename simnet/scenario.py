@@ -267,12 +267,13 @@ Behavior = Literal[
     "sybil",
     "silent_mid_chunk",
     "signal_bait",
+    "signal_bait_ended",
 ]
 ATTACK_BEHAVIORS: tuple[str, ...] = tuple(
     b for b in get_args(Behavior) if b not in ("honest", "poison_deltas")
 )
 """Behaviours of wire attackers (`simnet.attackers`): peers that send, never train."""
-MANY_KEYS: tuple[str, ...] = ("sybil", "signal_bait")
+MANY_KEYS: tuple[str, ...] = ("sybil", "signal_bait", "signal_bait_ended")
 """Attacks made with `hostile.sybil_keys` identities (the others use one)."""
 
 
@@ -282,7 +283,7 @@ class HostileSpec(StrictModel):
     flood_messages: int = Field(200, ge=1, le=100_000)
     """`flood`: signed messages sent per tick."""
     sybil_keys: int = Field(8, ge=1, le=4096)
-    """`sybil`, `signal_bait`: identities one attacker holds."""
+    """`sybil`, `signal_bait`, `signal_bait_ended`: identities one attacker holds."""
     groups_per_batch: int = Field(4, ge=1, le=256)
     """Rollout groups per batch the attacker sends (`forged_rewards`, `sybil`, ...)."""
 

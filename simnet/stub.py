@@ -174,7 +174,9 @@ class StubLearner:
             distinct = sorted(set(completions))
             scores = dict(zip(distinct, score_group(task, distinct, self.rewards), strict=True))
             rewards = tuple(scores[c] for c in completions)
-            groups.append(LocalGroup(ref, task.prompt, completions, rewards))
+            # Each completion is a whole answer: it ended (trainable by a peer's `ended` rule).
+            finished = (True,) * len(completions)
+            groups.append(LocalGroup(ref, task.prompt, completions, rewards, finished=finished))
         return SampleResult(groups, 0.0, 0.0)
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:

@@ -150,11 +150,24 @@ class TrainConfig(StrictModel):
     """Optimizer step at which a decaying schedule reaches its floor."""
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     """Floor of a decaying schedule, as a fraction of `learning_rate`."""
+    foreign_trajectory: Literal["ended", "whole", "text"] = "ended"
+    """Which of a peer's completions are trained (`policy.trajectories`): `ended` only
+    those that ended with the peer's stop token (the wire's `finished` bit), with the
+    local EOS appended and fitting `max_new_tokens` (a text that never ended has no final
+    answer to reward: DAPO's overlong filtering, for peers); `whole` also unfinished ones
+    that fill `max_new_tokens` exactly; `text` is the earliest rule, the text as it
+    re-tokenizes, cut to `max_new_tokens`, EOS only under `foreign_eos`. Left-out
+    completions still count in their group's advantages. `text` and `whole` let the
+    `signal_bait` attack teach nodes to never stop (docs/sapo_grid.md)."""
+    foreign_stop: Literal["positive", "all"] = "positive"
+    """Under `ended` and `whole`: after which of a peer's ended completions the local EOS
+    is trained: `positive` only where the completion's advantage is positive (a wrong
+    answer is trained down without its stop token), `all` after every one."""
     foreign_eos: bool = False
-    """Append the local EOS to a peer's completion that ended with one (the wire's
-    `finished` bit), so peers' samples teach stopping too. Off by default: in the weak-base
-    SAPO grid (`examples/scenarios/sapo_grid_weak_base.toml`) it cut 4/4's cumulative
-    reward by 19-24% (seeds 0 and 1: 5.70 vs 7.54, 4.79 vs 6.04); why is not known yet."""
+    """With `foreign_trajectory = "text"` only: append the local EOS to a peer's completion
+    that ended with one (`whole` always does). In the weak-base SAPO grid
+    (`examples/scenarios/sapo_grid_weak_base.toml`) it cut 4/4's cumulative reward by
+    19-24% under the `text` rule (seeds 0 and 1: 5.70 vs 7.54, 4.79 vs 6.04)."""
     peer_offpolicy: Literal["tis", "ratio_one"] = "ratio_one"
     """A same-family peer's completions that came with the peer's sampler logprobs:
     `tis` weights each token by min(exp(local - peer), `importance_cap`) (local: the

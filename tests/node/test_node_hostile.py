@@ -16,7 +16,9 @@ from swarm.transport import rollouts_topic
 from tests.node.helpers import stub_config, stub_node
 
 
-def _group(prompt: str | None = None, *, index: int = 3) -> RolloutGroup:
+def _group(
+    prompt: str | None = None, *, index: int = 3, finished: tuple[bool, ...] = (True,) * 4
+) -> RolloutGroup:
     task = make_task(TaskRef("add", 42, index))
     completions = (task.answer, task.answer + "9", task.answer, "x")
     return RolloutGroup(
@@ -26,6 +28,7 @@ def _group(prompt: str | None = None, *, index: int = 3) -> RolloutGroup:
         rewards=(1.0, 0.0, 1.0, 0.0),
         model_id="attacker",
         policy_version=0,
+        finished=finished,
     )
 
 
@@ -93,3 +96,48 @@ def test_running_node_drops_bad_messages_and_keeps_training(tmp_path: Path) -> N
     assert blamed["prompt_mismatch"] == 1 and blamed["wrong_swarm"] == 1
     assert node.gossip.scores.score(attacker.peer_id) < -9
     assert records[-1]["peer_scores"]["peers"][attacker.peer_id]["reasons"] == dict(blamed)
+
+
+def test_groups_whose_signal_is_all_in_unfinished_completions_never_take_a_slot(
+    tmp_path: Path,
+) -> None:
+    """Under `train.foreign_trajectory = "ended"` (the default) the trainer leaves out
+    peers' unfinished completions, so a group whose reward spread is all in them would
+    fill an external slot and teach nothing (the `signal_bait` attack): it is dropped on
+    arrival, counted and not blamed; the same group with ended completions is used."""
+    network = MemoryNetwork("bait")
+    config = stub_config(tmp_path, "victim")
+    node = stub_node(config, network)
+    peer = Identity.from_seed(b"\x67" * 32)
+    raw = MemoryTransport(MemoryTransportConfig(), peer, network=network)
+    topic = rollouts_topic(config.node.swarm_id)
+    unfinished = (False,) * 4
+    half = (True, True, False, False)  # one right and one wrong completion ended
+
+    async def send() -> None:
+        await raw.start()
+        await raw.subscribe(topic)
+        while node.rounds_done < 2:
+            await asyncio.sleep(0)
+        for seq, (index, finished) in enumerate([(3, unfinished), (4, unfinished), (5, half)]):
+            payload = encode_payload(RolloutBatch((_group(index=index, finished=finished),)))
+            data = seal(
+                peer,
+                kind="rollouts",
+                swarm_id=config.node.swarm_id,
+                seq=seq + 1,
+                policy_version=0,
+                payload=payload,
+            ).encode()
+            await raw.publish(topic, data)
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(node.run(8), send())
+
+    asyncio.run(main())
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    assert records[-1]["drops"].get("no_trainable_signal") == 2
+    assert node.peer_faults[peer.peer_id] == 0
+    used = sum(r["external_by_sender"].get(peer.peer_id, 0) for r in records)
+    assert used == 1  # the group with ended completions on both sides of the mean

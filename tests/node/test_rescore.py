@@ -36,7 +36,9 @@ def test_groups_of_tasks_outside_the_mixture_are_refused_unscored(tmp_path: Path
     for source in ("add", "copy"):
         task = make_task(TaskRef(source, 1, 2))
         groups.append(
-            RolloutGroup(task.ref, task.prompt, (task.answer, "zz"), (1.0, 0.0), "m", 0)
+            RolloutGroup(
+                task.ref, task.prompt, (task.answer, "zz"), (1.0, 0.0), "m", 0, (True, True)
+            )
         )
     batch = RolloutBatch(tuple(groups))
     envelope = seal(

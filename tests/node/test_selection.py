@@ -16,6 +16,8 @@ from node.selection import (
     expected_signal,
     reward_std,
     select_by_signal,
+    trainable_mask,
+    trainable_share,
     training_batch,
 )
 from swarm.config import parse_config
@@ -79,6 +81,39 @@ def test_select_by_signal_prefers_signal_and_novelty_and_keeps_the_caps() -> Non
     assert select_by_signal(candidates, 0, 2, {}) == []
     # One per sender, nothing seen lately: c's fresh t5 (0.5) beats b's t2 once picked.
     assert select_by_signal(candidates, 10, 1, {}) == [1, 5, 4]
+
+
+def test_trainable_share_counts_the_signal_the_trainer_will_see() -> None:
+    half = (1.0, 1.0, 0.0, 0.0)
+    assert trainable_share(half, (True,) * 4) == 1.0
+    assert trainable_share(half, (False,) * 4) == 0.0
+    assert trainable_share(half, (True, False, True, False)) == pytest.approx(0.5)
+    # the signal_bait shape: the right half is unfinished, the wrong half ended
+    assert trainable_share(half, (False, False, True, True)) == pytest.approx(0.5)
+    # one right of four: the right one carries half the deviation
+    assert trainable_share((1.0, 0.0, 0.0, 0.0), (True, False, False, False)) == pytest.approx(
+        0.5
+    )
+    assert trainable_share((1.0, 1.0), (True, True)) == 0.0  # no variance, no signal
+    with pytest.raises(ValueError):
+        trainable_share(half, (True,))
+
+
+def test_trainable_mask_follows_the_trajectory_rule() -> None:
+    finished = (True, False)
+    assert trainable_mask(finished, "ended") == (True, False)
+    assert trainable_mask(finished, "whole") == (True, True)
+    assert trainable_mask(finished, "text") == (True, True)
+
+
+def test_select_by_signal_weighs_each_candidate_by_its_trainable_share() -> None:
+    half = [1.0] * 4 + [0.0] * 4  # std 0.5
+    one = [1.0] + [0.0] * 7  # std 0.33
+    candidates = [("a", "t1", half), ("b", "t2", one)]
+    assert select_by_signal(candidates, 1, 2, {}) == [0]
+    assert select_by_signal(candidates, 1, 2, {}, shares=[0.5, 1.0]) == [1]
+    with pytest.raises(ValueError):
+        select_by_signal(candidates, 1, 2, {}, shares=[1.0])
 
 
 def test_recent_tasks_count_over_a_window_of_our_rounds() -> None:

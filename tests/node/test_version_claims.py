@@ -34,8 +34,9 @@ def envelope_of(node: Node, peer: Identity, message: Payload, version: int, seq:
 def batch(version: int, index: int) -> RolloutBatch:
     task = make_task(TaskRef("add", 3, index))
     group = RolloutGroup(
-        task.ref, task.prompt, (task.answer, task.answer + "9"), (1.0, 0.0), "m", version
-    )
+        task.ref, task.prompt, (task.answer, task.answer + "9"), (1.0, 0.0), "m", version,
+        finished=(True, True),
+    )  # fmt: skip
     return RolloutBatch((group,))
 
 

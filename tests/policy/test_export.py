@@ -33,7 +33,9 @@ def _trained_learner(tmp_path: Path, **node: object) -> PolicyLearner:
     )
     learner = PolicyLearner(config)
     for _ in range(2):
-        learner.trainer.step([TrainGroup("3=", ["3", "x"], [1.0, 0.0], local=False)])
+        learner.trainer.step(
+            [TrainGroup("3=", ["3", "x"], [1.0, 0.0], local=False, finished=[True] * 2)]
+        )
     assert learner.policy_version == 2
     return learner
 

@@ -36,7 +36,9 @@ def _learner(tmp_path: Path, seed: int = 0, **lora: object) -> PolicyLearner:
 
 
 def _step(learner: PolicyLearner) -> None:
-    learner.trainer.step([TrainGroup("3=", ["3", "x"], [1.0, 0.0], local=False)])
+    learner.trainer.step(
+        [TrainGroup("3=", ["3", "x"], [1.0, 0.0], local=False, finished=[True] * 2)]
+    )
 
 
 def test_only_the_adapters_train(tmp_path: Path) -> None:

@@ -101,14 +101,14 @@ def test_foreign_group_is_retokenized_with_the_local_tokenizer() -> None:
         completion_token_ids=peer_ids,
         sampler_logprobs=[[-9.0] * len(i) for i in peer_ids],
         local=False,
-        finished=[True, False, True],
+        finished=[True, True, True],
     )
     rows = trainer._rows(foreign)
     local = trainer.tokenizer
     eos = local.eos_token_id
     assert [r.ids[r.start :] for r in rows] == [
         local("7")["input_ids"] + [eos],
-        local("34")["input_ids"],
+        local("34")["input_ids"],  # a wrong answer: trained down without its stop token
         local("7")["input_ids"] + [eos],
     ]
     assert all(r.sampler_logprobs is None for r in rows)  # no ratio against the peer
@@ -206,7 +206,9 @@ def test_state_dict_for_sampler_shares_tensors() -> None:
 def test_overlong_foreign_completions_are_left_out() -> None:
     model, tok = build_tiny("builtin:tiny")
     trainer = Trainer(model, tok, TrainConfig(max_completion_tokens=5), "cpu")  # no budget
-    group = TrainGroup("3+4=", ["7", "ab" * 50, "3"], [1.0, 1.0, 0.0], local=False)
+    group = TrainGroup(
+        "3+4=", ["7", "ab" * 50, "3"], [1.0, 1.0, 0.0], local=False, finished=[True] * 3
+    )
     stats = trainer.step([group])
     assert (stats.n_too_long, stats.n_truncated, stats.n_sequences, stats.n_groups) == (
         1,
@@ -216,8 +218,34 @@ def test_overlong_foreign_completions_are_left_out() -> None:
     )
 
 
-def test_foreign_completions_are_cut_to_the_local_budget_without_eos() -> None:
-    trainer = _trainer(foreign_eos=True)  # local max_new_tokens = 4
+@pytest.mark.parametrize("rule", ["ended", "whole"])
+def test_peers_completions_are_trained_only_where_they_ended(rule: str) -> None:
+    trainer = _trainer(foreign_trajectory=rule)  # local max_new_tokens = 4
+    eos = trainer.tokenizer.eos_token_id
+    texts = ["7", "abab", "ab" * 50, "abab", "7 "]
+    group = TrainGroup(
+        "3+4=",
+        texts,
+        [1.0, 0.0, 0.0, 0.0, 1.0],
+        local=False,
+        finished=[True, True, True, False, False],
+    )
+    rows = trainer._rows(group, stats := StepStats())
+    # "7"+EOS fits; "abab"+EOS (5) and the long one do not fit; "abab" unfinished fills the
+    # budget (trained by `whole` only); "7 " unfinished is a prefix (left out by both)
+    expected = [trainer.tokenizer("7")["input_ids"] + [eos]]
+    if rule == "whole":
+        expected.append(trainer.tokenizer("abab")["input_ids"])
+    assert [r.ids[r.start :] for r in rows] == expected
+    assert (stats.n_peer_partial, stats.n_truncated) == (5 - len(expected), 0)
+    # the left-out completions still count in the group's advantages: "7" is one of two
+    # correct completions of five, not the only correct one of two
+    std = float(torch.tensor([1.0, 0, 0, 0, 1]).std())
+    assert rows[0].advantage == pytest.approx((1 - 0.4) / std, rel=1e-3)
+
+
+def test_text_rule_cuts_foreign_completions_to_the_local_budget_without_eos() -> None:
+    trainer = _trainer(foreign_trajectory="text", foreign_eos=True)  # max_new_tokens = 4
     eos = trainer.tokenizer.eos_token_id
     group = TrainGroup(
         "3+4=", ["7", "abab", "ab" * 50], [1.0, 0.0, 0.0], local=False, finished=[True] * 3
@@ -232,8 +260,12 @@ def test_foreign_completions_are_cut_to_the_local_budget_without_eos() -> None:
 
 def test_oversized_groups_weigh_as_one_local_group() -> None:
     trainer = _trainer()  # SamplerConfig() default group size 8
-    small = TrainGroup("3+4=", ["7", "3"] * 4, [1.0, 0.0] * 4, local=False)  # G' = 8
-    big = TrainGroup("3+4=", ["7", "3"] * 16, [1.0, 0.0] * 16, local=False)  # G' = 32
+    small = TrainGroup(
+        "3+4=", ["7", "3"] * 4, [1.0, 0.0] * 4, local=False, finished=[True] * 8
+    )  # G' = 8
+    big = TrainGroup(
+        "3+4=", ["7", "3"] * 16, [1.0, 0.0] * 16, local=False, finished=[True] * 32
+    )  # G' = 32
     adv_small = [r.advantage for r in trainer._rows(small)]
     weighted = [r.advantage for r in trainer._rows(big)]
     trainer.group_size = None

@@ -20,12 +20,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPT = "3+4="
 TEXTS = ["7", "34", "7"]
-FINISHED = [True, False, True]
+FINISHED = [True, True, True]  # peers' unfinished completions are not trained
 
 
 def _trainer(**cfg: Any) -> tuple[Trainer, list[dict[str, Any]]]:
     """A trainer whose loss function records the keyword arguments of each call."""
     model, tok = build_tiny("builtin:tiny", seed=0)
+    cfg.setdefault("foreign_stop", "all")  # every ended completion with its stop token
     config = TrainConfig(learning_rate=1e-3, **cfg)
     trainer = Trainer(model, tok, config, "cpu", sampler_config=SamplerConfig(max_new_tokens=4))
     calls: list[dict[str, Any]] = []
@@ -186,3 +187,14 @@ def test_tis_with_the_plausible_rule_judges_only_the_fallbacks() -> None:
     weights = calls[0]["importance_weights"]
     assert torch.all(weights[0] == 0.0)
     assert (stats.n_peer_tis, stats.n_peer_mismatch, stats.n_peer_implausible) == (2, 1, 1)
+
+
+def test_a_stop_token_left_untrained_drops_its_claimed_logprob() -> None:
+    """`foreign_stop = "positive"`: the wrong "34" is trained without its stop token, so
+    the peer's logprob for that token is dropped and the rest still line up (TIS)."""
+    trainer, calls = _trainer(peer_offpolicy="tis", foreign_stop="positive")
+    old = [_token_logprobs(trainer, t, f) for t, f in zip(TEXTS, FINISHED, strict=True)]
+    stats = trainer.step([_peer_group(old)])  # claims equal to ours: weights 1
+    assert (stats.n_peer_tis, stats.n_peer_mismatch) == (3, 0)
+    assert (stats.n_sequences, stats.n_tokens) == (3, 6)  # "7"+EOS, "34" without EOS, "7"+EOS
+    assert calls[0]["importance_weights"].max() == pytest.approx(1.0, abs=1e-5)

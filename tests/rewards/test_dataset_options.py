@@ -85,6 +85,7 @@ def test_workers_serve_the_nodes_variants() -> None:
         (1.0, 0.0),
         "m",
         0,
+        (True, True),
     )
 
     async def go(found: tuple) -> object:

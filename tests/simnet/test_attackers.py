@@ -23,7 +23,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "forged_rewards": ("forged_rewards", "ignored_peer"),
     "sybil": ("forged_rewards", "ignored_peer"),
     "silent_mid_chunk": ("reassembly_expired",),
-    "signal_bait": (),  # nothing to refuse: its claims are what receivers recompute
+    # Its claims are what receivers recompute; its signal is all in unfinished completions.
+    "signal_bait": ("no_trainable_signal",),
+    "signal_bait_ended": (),  # nothing to refuse: it teaches correct answers that end
 }
 ATTRIBUTABLE = {"wrong_swarm", "flood", "mismatched_prompt", "forged_rewards", "sybil"}
 
@@ -85,19 +87,30 @@ def test_a_forger_is_ignored_then_forgiven_then_ignored_longer(tmp_path: Path) -
         assert scores["ignores_started"] >= 2 and scores["forgiven"] >= 1
 
 
-def test_signal_bait_is_trained_on_and_blamed_on_nobody(tmp_path: Path) -> None:
-    """A known, measured gap (docs/sapo_grid.md, "Under an attack no check anticipates"):
-    groups whose claimed rewards are exactly what receivers recompute, with the largest
-    reward spread, win the `signal` rule's external slots and are never refused. A defence
-    against it must change this test's assertions."""
+@pytest.mark.parametrize("rule", ["ended", "text"])
+def test_signal_bait_takes_external_slots_only_where_unfinished_text_is_trained(
+    rule: str, tmp_path: Path
+) -> None:
+    """Groups whose claimed rewards are exactly what receivers recompute, with the largest
+    reward spread, win the `signal` rule's slots and are blamed on nobody. Under the
+    `text` rule (the earlier default) they are trained and teach nodes to never stop
+    (docs/sapo_grid.md); under `ended` (the default) their completions, which never
+    ended, are not trainable, so the groups are dropped on arrival and take no slot."""
     run = attacked("signal_bait")
     data = run.model_dump()
     data["defaults"]["sapo"]["external_selection"] = "signal"
+    data["defaults"].setdefault("train", {})["foreign_trajectory"] = rule
     summary = Simulation(type(run).model_validate(data), None, 0, tmp_path).run()
     bait = set(summary["attackers"][0]["peer_ids"])
     assert len(bait) == 6
     for node in summary["nodes"]:
         records = read_metrics(tmp_path / node["name"] / "metrics.jsonl")
         from_bait = sum(n for r in records for s, n in r["external_by_sender"].items() if s in bait)
-        assert from_bait >= len(records)  # most external slots go to the attacker
+        dropped = node["drops_last_incarnation"].get("no_trainable_signal", 0)
+        if rule == "text":
+            assert from_bait >= len(records)  # most external slots go to the attacker
+            assert dropped == 0
+        else:
+            assert from_bait == 0 and dropped >= len(records)
+            assert node["external_per_round"] >= 1.5  # the slots go to honest peers
         assert node["peer_scores_last_incarnation"]["ignores_started"] == 0

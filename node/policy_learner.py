@@ -38,7 +38,12 @@ from policy.prompts import PromptRenderer
 from policy.sampler import SamplingParams, make_sampler, stop_token_ids
 from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer, TrainGroup
-from rewards.registry import correctness, resolve_answer_format, score_group
+from rewards.registry import (
+    canonical_completion,
+    correctness,
+    resolve_answer_format,
+    score_group,
+)
 from rewards.tasks import make_task, solved_examples
 from swarm.config import NodeConfig
 from swarm.errors import ConfigError
@@ -95,6 +100,7 @@ class PolicyLearner:
         self.foreign_eos = config.train.foreign_trajectory != "text" or config.train.foreign_eos
         """Whether the trainer needs peers' `finished` bits, and their logprobs with the
         stop token's (it drops that one where it does not train the stop token)."""
+        self.canonical_peer_text = config.train.foreign_text == "canonical"
         self.rewards_config = resolve_answer_format(config.rewards, self.renderer.mode == "chat")
         """The rewards config with `answer_format` resolved for this model's prompts (the
         node re-scores peers' groups with the same)."""
@@ -186,7 +192,7 @@ class PolicyLearner:
         ] + [
             TrainGroup(
                 prompt=e.prompt,
-                completions=list(e.completions),
+                completions=self._peer_texts(e),
                 rewards=list(e.rewards),
                 finished=list(e.finished) if e.finished and self.foreign_eos else None,
                 sampler_logprobs=self._peer_logprobs(e),
@@ -198,6 +204,13 @@ class PolicyLearner:
         stats = self.trainer.step(groups)
         self._sync_sampler()
         return TrainResult(stats.as_dict(), time.perf_counter() - start)
+
+    def _peer_texts(self, e: ExternalGroup) -> list[str]:
+        """A peer's completions as the trainer sees them (`train.foreign_text`): in the form
+        our reward reads (same rewards, nothing the reward ignores), or as sent."""
+        if self.canonical_peer_text:
+            return [canonical_completion(c) for c in e.completions]
+        return list(e.completions)
 
     def _peer_logprobs(self, e: ExternalGroup) -> list[list[float]] | None:
         """A peer's sampler logprobs for the trainer: only from a peer of our model family

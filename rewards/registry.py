@@ -65,6 +65,20 @@ def answer_block(completion: str) -> str | None:
     return tagged.strip() if tagged is not None else None
 
 
+def canonical_completion(completion: str) -> str:
+    """The part of `completion` that `score` reads, whatever the config: with a complete
+    answer block, the text up to the end of the last one; without, the first line; either
+    stripped. `score(task, canonical_completion(c), config) == score(task, c, config)` for
+    every task, completion and config (correctness reads `extract_answer`, format reads
+    the same block or first line), so a receiver can train a peer's completion in this
+    form without changing its reward, and a peer cannot teach what the reward ignores
+    (trailing whitespace, lines after the answer: the `signal_bait` attacks)."""
+    tagged_end = _last_tagged_end(completion)
+    if tagged_end is not None:
+        return completion[:tagged_end].strip()
+    return completion.split("\n", 1)[0].strip()
+
+
 def resolve_answer_format(config: RewardsConfig, chat: bool) -> RewardsConfig:
     """`config` with `answer_format = auto` resolved for a node whose prompts use a chat
     template (`chat`) or not."""
@@ -76,6 +90,18 @@ def resolve_answer_format(config: RewardsConfig, chat: bool) -> RewardsConfig:
 def _last_tagged(text: str) -> str | None:
     """The last `<answer>...</answer>` match as `re.findall` would find it, in linear time
     (the regular expression is quadratic on a peer's `<answer>` repeated 8,000 times)."""
+    span = _last_tagged_span(text)
+    return text[span[0] : span[1]] if span is not None else None
+
+
+def _last_tagged_end(text: str) -> int | None:
+    """Where the last complete answer block (its closing tag included) ends, or None."""
+    span = _last_tagged_span(text)
+    return span[1] + len(_CLOSE) if span is not None else None
+
+
+def _last_tagged_span(text: str) -> tuple[int, int] | None:
+    """(start, end) of the last answer block's content, or None (see `_last_tagged`)."""
     last = None
     pos = 0
     while True:
@@ -85,7 +111,7 @@ def _last_tagged(text: str) -> str | None:
         end = text.find(_CLOSE, start + len(_OPEN))
         if end < 0:
             return last  # no later opening tag can close either
-        last = text[start + len(_OPEN) : end]
+        last = (start + len(_OPEN), end)
         pos = end + len(_CLOSE)
 
 

@@ -159,6 +159,12 @@ class TrainConfig(StrictModel):
     re-tokenizes, cut to `max_new_tokens`, EOS only under `foreign_eos`. Left-out
     completions still count in their group's advantages. `text` and `whole` let the
     `signal_bait` attack teach nodes to never stop (docs/sapo_grid.md)."""
+    foreign_text: Literal["canonical", "as_sent"] = "canonical"
+    """`canonical` trains a peer's completion in the form the reward reads
+    (`rewards.registry.canonical_completion`: up to the last answer block, or the first
+    line, stripped), which scores exactly as the text sent, so a peer cannot teach what
+    the reward ignores (trailing spaces, lines after the answer); `as_sent` trains the text
+    as it came. Our own completions are always trained as sampled."""
     foreign_stop: Literal["positive", "all"] = "positive"
     """Under `ended` and `whole`: after which of a peer's ended completions the local EOS
     is trained: `positive` only where the completion's advantage is positive (a wrong

@@ -1,4 +1,5 @@
-"""The wire's EOS bit reaches the trainer only when `train.foreign_eos` asks for it."""
+"""What of a peer's group reaches the trainer: its EOS bits (per `train.foreign_trajectory`
+and `foreign_eos`) and its texts (per `train.foreign_text`)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ from policy.trainer import TrainGroup
 from swarm.config import parse_config
 
 
-@pytest.mark.parametrize("foreign_eos", [False, True])
-def test_foreign_finished_bits_follow_the_config(tmp_path: Path, foreign_eos: bool) -> None:
+def _seen_by_trainer(tmp_path: Path, train: dict[str, Any], external: ExternalGroup) -> TrainGroup:
     config = parse_config(
         {
             "node": {"name": "n", "data_dir": str(tmp_path)},
             "transport": {"type": "memory"},
             "model": {"name_or_path": "builtin:tiny"},
-            "train": {"foreign_eos": foreign_eos},
+            "train": train,
         }
     )
     learner = PolicyLearner(config)
@@ -32,8 +32,34 @@ def test_foreign_finished_bits_follow_the_config(tmp_path: Path, foreign_eos: bo
         return real_step(groups)
 
     learner.trainer.step = spy  # type: ignore[method-assign]
-    external = ExternalGroup("peer", "3=", ("3", "4"), (1.0, 0.0), (True, False))
     learner.train([], [external])
     (group,) = seen[0]
     assert not group.local
-    assert group.finished == ([True, False] if foreign_eos else None)
+    return group
+
+
+@pytest.mark.parametrize(
+    ("train", "expected"),
+    [
+        ({}, [True, False]),  # the default `ended` rule needs them
+        ({"foreign_trajectory": "whole"}, [True, False]),
+        ({"foreign_trajectory": "text"}, None),
+        ({"foreign_trajectory": "text", "foreign_eos": True}, [True, False]),
+    ],
+)
+def test_foreign_finished_bits_follow_the_config(
+    tmp_path: Path, train: dict[str, Any], expected: list[bool] | None
+) -> None:
+    external = ExternalGroup("peer", "3=", ("3", "4"), (1.0, 0.0), (True, False))
+    assert _seen_by_trainer(tmp_path, train, external).finished == expected
+
+
+@pytest.mark.parametrize("foreign_text", ["canonical", "as_sent"])
+def test_peer_texts_reach_the_trainer_in_the_form_the_reward_reads(
+    tmp_path: Path, foreign_text: str
+) -> None:
+    sent = ("3 ", "4\nxyz", " <answer>3</answer> tail")
+    external = ExternalGroup("peer", "3=", sent, (1.0, 0.0, 1.0), (True, True, True))
+    group = _seen_by_trainer(tmp_path, {"foreign_text": foreign_text}, external)
+    canonical = ["3", "4", "<answer>3</answer>"]
+    assert group.completions == (canonical if foreign_text == "canonical" else list(sent))

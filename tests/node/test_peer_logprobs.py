@@ -36,13 +36,13 @@ def test_logprobs_are_left_out_without_a_family_or_past_the_wire_limit() -> None
     assert too_long.logprobs == () and too_long.model_family == "fam"
 
 
-def _learner(tmp_path: Path, foreign_eos: bool) -> tuple[PolicyLearner, list[TrainGroup]]:
+def _learner(tmp_path: Path, train: dict[str, Any]) -> tuple[PolicyLearner, list[TrainGroup]]:
     config = parse_config(
         {
             "node": {"name": "n", "data_dir": str(tmp_path)},
             "transport": {"type": "memory"},
             "model": {"name_or_path": "builtin:tiny"},
-            "train": {"foreign_eos": foreign_eos, "peer_offpolicy": "tis"},
+            "train": {**train, "peer_offpolicy": "tis"},
         }
     )
     learner = PolicyLearner(config)
@@ -57,9 +57,20 @@ def _learner(tmp_path: Path, foreign_eos: bool) -> tuple[PolicyLearner, list[Tra
     return learner, seen
 
 
-@pytest.mark.parametrize("foreign_eos", [False, True])
-def test_a_same_family_peers_logprobs_reach_the_trainer(tmp_path: Path, foreign_eos: bool) -> None:
-    learner, seen = _learner(tmp_path, foreign_eos)
+@pytest.mark.parametrize(
+    ("train", "given", "trained"),
+    [
+        # The default (`ended`): the full logprobs; the unfinished "45" is not trained.
+        ({}, [[-0.5, -0.25], [-1.0, -2.0]], 1),
+        # `text`: without our EOS appended, the stop token's logprob is dropped.
+        ({"foreign_trajectory": "text"}, [[-0.5], [-1.0, -2.0]], 2),
+        ({"foreign_trajectory": "text", "foreign_eos": True}, [[-0.5, -0.25], [-1.0, -2.0]], 2),
+    ],
+)
+def test_a_same_family_peers_logprobs_reach_the_trainer(
+    tmp_path: Path, train: dict[str, Any], given: list[list[float]], trained: int
+) -> None:
+    learner, seen = _learner(tmp_path, train)
     lps = ((-0.5, -0.25), (-1.0, -2.0))  # "3" + its stop token; "45" cut by the budget
     ours = ExternalGroup("a", "3=", ("3", "45"), (1.0, 0.0), (True, False), "digit",
                          learner.model_family, lps)  # fmt: skip
@@ -67,10 +78,11 @@ def test_a_same_family_peers_logprobs_reach_the_trainer(tmp_path: Path, foreign_
                            "another-family", lps)  # fmt: skip
     stats = learner.train([], [ours, theirs]).stats
     same, other = seen
-    # Without our EOS appended, the stop token's logprob is dropped: one per trained token.
-    assert same.sampler_logprobs == ([[-0.5, -0.25], [-1.0, -2.0]] if foreign_eos
-                                     else [[-0.5], [-1.0, -2.0]])  # fmt: skip
+    assert same.sampler_logprobs == given
     assert other.sampler_logprobs is None  # not comparable with ours
     assert not same.local and not other.local
-    # Every completion of ours lines up with its logprobs; the other family's get ratio 1.
-    assert (stats["n_peer_tis"], stats["n_peer_mismatch"], stats["n_peer_ratio_one"]) == (2, 0, 2)
+    # Every trained completion of ours lines up with its logprobs; the other family's get
+    # ratio 1.
+    counts = (stats["n_peer_tis"], stats["n_peer_mismatch"], stats["n_peer_ratio_one"])
+    assert counts == (trained, 0, trained)
+    assert stats["n_peer_partial"] == 2 * (2 - trained)

@@ -9,8 +9,9 @@ built-in tiny model, and prints one table from their metrics.jsonl files.
 
 Overhead = 1 - (sample + train) / round time; scoring, publishing, pool selection and
 checkpointing are all counted as overhead (target < 5%). The round time is the round's
-own `seconds.total`, which ends before the round's outputs are written (metrics line,
-samples, `peers.json`); the last column uses the wall time from one round's record to the
+own `seconds.total`, which ends before the round's outputs are written (the metrics line
+on the event loop; samples, `peers.json` and logger backends handed to a writer thread,
+`node.round_outputs`); the last column uses the wall time from one round's record to the
 next instead, so it counts those writes and the gap between rounds too.
 """
 

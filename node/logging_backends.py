@@ -130,10 +130,16 @@ class MetricBackends:
                 backends.append(WandbBackend(config, data_dir, run_name, run_id, settings))
         return cls(backends)
 
+    @property
+    def active(self) -> bool:
+        return bool(self.backends)
+
     def log(self, record: dict[str, Any]) -> None:
-        if not self.backends:
-            return
-        values, step = scalars(record), int(record["round"])
+        if self.backends:
+            self.log_scalars(scalars(record), int(record["round"]))
+
+    def log_scalars(self, values: dict[str, float], step: int) -> None:
+        """`log` of a record whose `scalars` were taken already."""
         for backend in list(self.backends):
             try:
                 backend.log(values, step)

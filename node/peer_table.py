@@ -7,7 +7,10 @@ Invariants:
   word).
 - `<data_dir>/peers.json` is rewritten once a round by an atomic replace, so a reader
   sees the previous table or the new one, never a torn file; a failed write is logged
-  and counted and never stops the node.
+  and counted and never stops the node. The node writes it off the event loop, in
+  `node.round_outputs`' writer thread (one writer per file: `PeerTableFile` is not
+  meant for concurrent writers), which skips a table a newer one replaced before it
+  was written.
 - At most `MAX_ROWS` rows, the most recently seen first: the file's size is bounded
   whatever the swarm sends.
 """

@@ -17,7 +17,8 @@ Invariants:
 - Checkpoints (`node.checkpointing`) are captured at the end of a round and, by default,
   written in the background while the next rounds train; the last one before `run`
   returns is written in full. Each round's outputs (metrics, samples, peer table, logger
-  backends) go through `node.round_outputs`.
+  backends) go through `node.round_outputs`: the metrics line before the next round
+  starts, the rest behind, in a writer thread, all of it by the time `run` returns.
 - Staleness is measured locally (`swarm.staleness`): a group is usable for
   `max_staleness` of our own rounds after it arrived, and while its policy version is
   within `max_version_lag` of what its sender currently runs (the sender's newest

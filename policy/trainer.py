@@ -9,8 +9,9 @@ Per step:
    used as they are; a foreign group's (peer's) completion texts are re-tokenized with
    the local tokenizer (separately from the prompt, so the boundary is exact). Which of
    its tokens are trained is `policy.trajectories`' rule (`foreign_trajectory`): by
-   default only a completion that ended (the caller says it `finished`), with the local
-   EOS appended and within the local `max_new_tokens`; anything else is left out of the
+   default only a completion that ended (the caller says it `finished`), within the local
+   `max_new_tokens` with the local EOS, which is trained where its advantage is positive
+   (`foreign_stop`); anything else is left out of the
    loss (`n_peer_partial`). So a peer with a larger budget cannot make one sample weigh
    more than a local one, nor teach a text that never ended with the reward of a text.
    Completions longer than `max_completion_tokens` are left out (`n_too_long`).
@@ -124,8 +125,8 @@ class StepStats:
     """Foreign completions cut to the local `max_new_tokens` (trained without EOS;
     `foreign_trajectory = "text"` only)."""
     n_peer_partial: int = 0
-    """Peer completions left out of the loss as no whole trajectory of the local sampler
-    (`foreign_trajectory = "whole"`, `policy.trajectories`)."""
+    """Peer completions left out of the loss by `foreign_trajectory` (`ended`: did not end
+    within the local budget; `whole`: nor fill it; `policy.trajectories`)."""
     learning_rate: float = 0.0
     """Learning rate of the step's (last) optimizer step."""
     n_sequences: int = 0

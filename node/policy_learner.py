@@ -97,7 +97,7 @@ class PolicyLearner:
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
         self.save_optimizer = config.node.checkpoint_optimizer
-        self.foreign_eos = config.train.foreign_trajectory != "text" or config.train.foreign_eos
+        self.peer_stops = config.train.foreign_trajectory != "text" or config.train.foreign_eos
         """Whether the trainer needs peers' `finished` bits, and their logprobs with the
         stop token's (it drops that one where it does not train the stop token)."""
         self.canonical_peer_text = config.train.foreign_text == "canonical"
@@ -194,7 +194,7 @@ class PolicyLearner:
                 prompt=e.prompt,
                 completions=self._peer_texts(e),
                 rewards=list(e.rewards),
-                finished=list(e.finished) if e.finished and self.foreign_eos else None,
+                finished=list(e.finished) if e.finished and self.peer_stops else None,
                 sampler_logprobs=self._peer_logprobs(e),
                 local=False,
                 prompt_ids=self.renderer.ids(e.prompt, e.source),
@@ -221,7 +221,7 @@ class PolicyLearner:
             return None
         ended = e.finished or (False,) * len(e.completions)
         return [
-            list(lp[:-1]) if done and lp and not self.foreign_eos else list(lp)
+            list(lp[:-1]) if done and lp and not self.peer_stops else list(lp)
             for lp, done in zip(e.sampler_logprobs, ended, strict=True)
         ]
 

@@ -4,10 +4,11 @@ A reward belongs to a whole trajectory, and a text that never ended has no final
 to reward. Rules (`train.foreign_trajectory`):
 
 - `ended` (the default): a peer's completion is trained only if its sampler stopped on
-  its own (the wire's `finished` bit), with the local EOS appended, and the whole, EOS
-  included, fits the local budget (`max_new_tokens`). Unfinished ones are left out:
-  DAPO's overlong filtering, applied to peers' samples. A peer can then only teach a
-  completion that ends, scored as the text it trains.
+  its own (the wire's `finished` bit) and it fits the local budget (`max_new_tokens`)
+  with the local EOS; the EOS itself is trained where the caller says so (`append_eos`:
+  the trainer's `foreign_stop`, by default only after completions with a positive
+  advantage). Unfinished ones are left out: DAPO's overlong filtering, applied to peers'
+  samples. A peer can then only teach a completion that ends.
 - `whole`: also an unfinished completion that fills the local budget exactly (a
   trajectory the local sampler could have produced, cut where it would be cut).
 - `text`: the earliest rule, kept as a baseline: the text as it re-tokenizes, cut to the
@@ -21,12 +22,13 @@ Why (measured in docs/sapo_grid.md): the `signal_bait` attack (simnet.attackers)
 Under `text` the prefix is trained without a stop token and nodes learn to never stop
 after the answer. Under `whole` a two-digit answer plus the space fills the 3-token
 budget, so the bait is still trained and the habit still spreads to one-digit answers.
-Under `ended` none of it is trained; a bait that claims `finished` is trained as
-"answer, space, EOS": a completion that ends and that the receiver's reward scores
-correctly.
+Under `ended` none of it is trained. A bait that claims `finished` is trained, but the
+node passes peers' texts in the form the reward reads (`rewards.registry.canonical_completion`,
+`train.foreign_text`), so "answer + space" arrives here as "answer".
 
-Invariants: never returns more than `budget` ids (when a budget is known); never trains
-ids other than the completion's own tokens and, where it finished, one EOS.
+Invariants: never returns more than `budget` ids (when a budget is known); never returns
+ids other than the completion's own tokens and, where it finished and `append_eos`, one
+EOS.
 """
 
 from __future__ import annotations

@@ -73,9 +73,9 @@ def canonical_completion(completion: str) -> str:
     the same block or first line), so a receiver can train a peer's completion in this
     form without changing its reward, and a peer cannot teach what the reward ignores
     (trailing whitespace, lines after the answer: the `signal_bait` attacks)."""
-    tagged_end = _last_tagged_end(completion)
-    if tagged_end is not None:
-        return completion[:tagged_end].strip()
+    span = _last_tagged_span(completion)
+    if span is not None:
+        return completion[: span[1] + len(_CLOSE)].strip()
     return completion.split("\n", 1)[0].strip()
 
 
@@ -92,12 +92,6 @@ def _last_tagged(text: str) -> str | None:
     (the regular expression is quadratic on a peer's `<answer>` repeated 8,000 times)."""
     span = _last_tagged_span(text)
     return text[span[0] : span[1]] if span is not None else None
-
-
-def _last_tagged_end(text: str) -> int | None:
-    """Where the last complete answer block (its closing tag included) ends, or None."""
-    span = _last_tagged_span(text)
-    return span[1] + len(_CLOSE) if span is not None else None
 
 
 def _last_tagged_span(text: str) -> tuple[int, int] | None:

@@ -32,6 +32,17 @@ def _group(
     )
 
 
+def _rollouts(
+    sender: Identity, group: RolloutGroup, swarm_id: str, seq: int, version: int
+) -> bytes:
+    """One group as a signed rollouts envelope's wire bytes."""
+    payload = encode_payload(RolloutBatch((group,)))
+    return seal(
+        sender, kind="rollouts", swarm_id=swarm_id, seq=seq, policy_version=version,
+        payload=payload,
+    ).encode()  # fmt: skip
+
+
 def test_running_node_drops_bad_messages_and_keeps_training(tmp_path: Path) -> None:
     network = MemoryNetwork("hostile")
     config = stub_config(tmp_path, "victim")
@@ -41,15 +52,7 @@ def test_running_node_drops_bad_messages_and_keeps_training(tmp_path: Path) -> N
     topic = rollouts_topic(config.node.swarm_id)
 
     def envelope(group: RolloutGroup, version: int, seq: int, swarm_id: str | None = None) -> bytes:
-        payload = encode_payload(RolloutBatch((group,)))
-        return seal(
-            attacker,
-            kind="rollouts",
-            swarm_id=swarm_id or config.node.swarm_id,
-            seq=seq,
-            policy_version=version,
-            payload=payload,
-        ).encode()
+        return _rollouts(attacker, group, swarm_id or config.node.swarm_id, seq, version)
 
     async def attack() -> None:
         await raw.start()
@@ -120,16 +123,8 @@ def test_groups_whose_signal_is_all_in_unfinished_completions_never_take_a_slot(
         while node.rounds_done < 2:
             await asyncio.sleep(0)
         for seq, (index, finished) in enumerate([(3, unfinished), (4, unfinished), (5, half)]):
-            payload = encode_payload(RolloutBatch((_group(index=index, finished=finished),)))
-            data = seal(
-                peer,
-                kind="rollouts",
-                swarm_id=config.node.swarm_id,
-                seq=seq + 1,
-                policy_version=0,
-                payload=payload,
-            ).encode()
-            await raw.publish(topic, data)
+            group = _group(index=index, finished=finished)
+            await raw.publish(topic, _rollouts(peer, group, config.node.swarm_id, seq + 1, 0))
             await asyncio.sleep(0)
 
     async def main() -> None:

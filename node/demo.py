@@ -24,7 +24,7 @@ from rich.table import Table
 
 from node.metrics import read_metrics
 from node.ports import free_port
-from node.run_summary import summarize
+from node.run_summary import no_signal, summarize
 from node.starter import learning_settings, merge
 from swarm.identity import write_key_file
 
@@ -201,13 +201,14 @@ def _run_nodes(nodes: int, rounds: int, out: Path, configs: list[Path], console:
             f"{s['reward_last']:.3f}",
             str(s["external_groups"]),
             str(len(s["external_by_sender"])),
-            str(s["drops"].get("zero_variance", 0)),
-            str(sum(v for k, v in s["drops"].items() if k != "zero_variance")),
+            str(no_signal(s["drops"])),
+            str(sum(s["drops"].values()) - no_signal(s["drops"])),
         )
     console.print(table)
     console.print(
-        "no signal: peers' groups whose completions all scored the same (GRPO learns nothing "
-        "from them); refused: anything else dropped, by reason in metrics.jsonl",
+        "no signal: peers' groups whose completions all scored the same, or differ only in "
+        "completions that never ended (GRPO learns nothing from them); refused: anything "
+        "else dropped, by reason in metrics.jsonl",
         highlight=False,
     )
     if curves:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from node.metrics import read_metrics
 from node.peer_table import read_peer_table
-from node.run_summary import summarize
+from node.run_summary import no_signal, summarize
 from swarm.errors import ConfigError
 
 
@@ -34,7 +34,7 @@ def headline(s: dict[str, Any], last: int) -> list[tuple[str, str, str]]:
     """(key, label, value) of a run's headline figures, as `swarm status` and the
     dashboard both show them (`s`: `RunSummary.summary()`)."""
     drops = s["drops"]
-    no_signal = drops.get("zero_variance", 0)
+    without_signal = no_signal(drops)
     latest = s["eval_last"]
     overhead = s["overhead_fraction"]
     return [
@@ -46,8 +46,8 @@ def headline(s: dict[str, Any], last: int) -> list[tuple[str, str, str]]:
         ("eval", "held-out accuracy, latest", _fmt(latest[1]["accuracy"] if latest else None)),
         ("external_groups", "peers' groups trained on", str(s["external_groups"])),
         ("rounds_with_external", "rounds with peers' groups", str(s["rounds_with_external"])),
-        ("no_signal", "peers' groups without signal", str(no_signal)),
-        ("refused", "refused (other reasons)", str(sum(drops.values()) - no_signal)),
+        ("no_signal", "peers' groups without signal", str(without_signal)),
+        ("refused", "refused (other reasons)", str(sum(drops.values()) - without_signal)),
         ("overhead", "time outside sample/score/train",
          "-" if overhead is None else f"{100 * overhead:.1f}%"),
     ]  # fmt: skip

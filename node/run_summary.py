@@ -112,6 +112,16 @@ class RunSummary:
         }
 
 
+NO_SIGNAL_DROPS = ("zero_variance", "no_trainable_signal")
+"""Drop reasons of peers' groups with nothing to train: every completion scored the
+same, or the reward spread lies only in completions the trainer will not train."""
+
+
+def no_signal(drops: dict[str, int]) -> int:
+    """Peers' groups dropped for carrying no trainable GRPO signal (`NO_SIGNAL_DROPS`)."""
+    return sum(drops.get(reason, 0) for reason in NO_SIGNAL_DROPS)
+
+
 def summarize(records: list[dict[str, Any]], last: int) -> dict[str, Any]:
     summary = RunSummary(last)
     for record in records:

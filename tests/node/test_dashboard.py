@@ -20,6 +20,7 @@ from node.dashboard.server import Dashboard, parse_listen
 from node.dashboard.view import MAX_POINTS, binned_mean, increments, node_view
 from node.metrics import read_metrics
 from node.peer_table import OwnProgress
+from node.progress import headline
 from node.run_summary import RunSummary, summarize
 from swarm.errors import ConfigError
 from swarm.identity import Identity
@@ -221,3 +222,20 @@ def test_listen_addresses() -> None:
     assert parse_listen(":0") == ("127.0.0.1", 0)
     with pytest.raises(ConfigError, match="HOST:PORT"):
         parse_listen("localhost:http")
+
+
+def test_groups_without_trainable_signal_count_as_no_signal_not_refused() -> None:
+    summary = {
+        "drops": {"zero_variance": 5, "no_trainable_signal": 3, "bad_signature": 2},
+        "eval_last": None,
+        "overhead_fraction": None,
+        "rounds": 1,
+        "policy_version": 1,
+        "peers": 1,
+        "reward_last": 0.0,
+        "reward_first": 0.0,
+        "external_groups": 0,
+        "rounds_with_external": 0,
+    }
+    shown = {key: value for key, _, value in headline(summary, 10)}
+    assert (shown["no_signal"], shown["refused"]) == ("8", "2")

@@ -139,7 +139,7 @@ def test_chromium_shows_what_metrics_jsonl_says(tmp_path: Path) -> None:
         "reward_first": f"{statistics.fmean(rewards[:10]):.3f}",
         "external_groups": str(sum(r["external_groups"] for r in lines)),
         "rounds_with_external": str(sum(1 for r in lines if r["external_groups"])),
-        "no_signal": str(drops.get("zero_variance", 0)),
+        "no_signal": str(drops.get("zero_variance", 0) + drops.get("no_trainable_signal", 0)),
     }
     assert {k: page.cards.get(k) for k in expected} == expected
     assert peers <= set(page.peer_titles), page.peer_titles

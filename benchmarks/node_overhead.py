@@ -1,4 +1,4 @@
-"""How much of a round the node spends outside sampling and training.
+"""How much of a round the node's model spends idle: time outside sampling and training.
 
 Runs, in one go: a silo node (in-process, memory transport, J = 0, a checkpoint every 5
 rounds, written in the round and then in the background) and a 3-node swarm
@@ -6,13 +6,20 @@ rounds, written in the round and then in the background) and a 3-node swarm
 built-in tiny model, and prints one table from their metrics.jsonl files.
 
     .venv/bin/python benchmarks/node_overhead.py --rounds 30
+    .venv/bin/python benchmarks/node_overhead.py --rounds 30 --baseline-tree /tmp/base --pairs 5
 
-Overhead = 1 - (sample + train) / round time; scoring, publishing, pool selection and
-checkpointing are all counted as overhead (target < 5%). The round time is the round's
-own `seconds.total`, which ends before the round's outputs are written (the metrics line
-on the event loop; samples, `peers.json` and logger backends handed to a writer thread,
-`node.round_outputs`); the last column uses the wall time from one round's record to the
-next instead, so it counts those writes and the gap between rounds too.
+Overhead = 1 - (sample + train) / wall time per round, where sample and train are the
+worker's own seconds (`seconds.sample`, `seconds.train`) and the wall time runs from one
+round's metrics record to the next: scoring, publishing, pool selection, checkpointing,
+held-out evaluation, hand-offs between threads and writing the round's outputs are all
+overhead (target < 2%). A round sampled ahead of itself (prefetch, `node.own_samples`)
+hides work behind sampling; its `seconds.sample_wait` is the part the round still waited.
+"outside sample+train+eval" counts the held-out evaluation (greedy sampling every
+`eval.every` rounds, the loop's whole wait for it) as model work too.
+
+`--baseline-tree DIR` also runs the silo from another checkout of this project (e.g. `git
+worktree add /tmp/base <commit>`), alternating with this tree `--pairs` times in fresh
+processes, and prints the two trees' silo rows side by side with the mean wall per round.
 """
 
 from __future__ import annotations
@@ -20,8 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,40 +70,95 @@ def run_swarm(root: Path, rounds: int, nodes: int = 3) -> list[list[dict]]:
     return [read_metrics(root / "swarm" / f"node-{i}" / "metrics.jsonl") for i in range(nodes)]
 
 
-def row(name: str, records: list[dict]) -> list[str]:
-    records = records[2:]  # skip warm-up rounds (first allocations, mesh forming)
-    s = {k: statistics.fmean(r["seconds"][k] for r in records) for k in records[0]["seconds"]}
-    outside = 1 - (s["sample"] + s["train"]) / s["total"]
-    outside_scored = 1 - (s["sample"] + s["train"] + s["score"]) / s["total"]
-    outside_no_ckpt = 1 - (s["sample"] + s["train"] + s["checkpoint"]) / s["total"]
-    # Record r-1 to record r spans round r: compare with rounds 1.. of the kept records.
-    wall = statistics.fmean(b["time"] - a["time"] for a, b in itertools.pairwise(records))
-    busy = statistics.fmean(r["seconds"]["sample"] + r["seconds"]["train"] for r in records[1:])
-    outside_wall = 1 - busy / wall
-    external = statistics.fmean(r["external_groups"] for r in records)
+def phases(records: list[dict]) -> dict[str, float]:
+    """Mean seconds per round after 2 warm-up rounds (first allocations, mesh forming):
+    the record's phases, plus `wall` (record r-1 to record r spans round r) and `wait`
+    (the round's wait for its samples; before `sample_wait` existed: sample + score)."""
+    records = records[2:]
+    keys = ("total", "sample", "score", "train", "publish", "checkpoint", "eval", "other")
+    s = {k: statistics.fmean(r["seconds"].get(k, 0.0) for r in records) for k in keys}
+    s["wait"] = statistics.fmean(
+        r["seconds"].get("sample_wait", r["seconds"]["sample"] + r["seconds"]["score"])
+        for r in records
+    )
+    s["wall"] = statistics.fmean(b["time"] - a["time"] for a, b in itertools.pairwise(records))
+    later = records[1:]
+    s["busy"] = statistics.fmean(r["seconds"]["sample"] + r["seconds"]["train"] for r in later)
+    s["busy_eval"] = s["busy"] + statistics.fmean(r["seconds"]["eval"] for r in later)
+    s["external"] = statistics.fmean(r["external_groups"] for r in records)
+    return s
+
+
+COLUMNS = ("setup", "round", "wall", "sample", "waited", "train", "score", "publish", "ckpt",
+           "eval", "other", "ext groups", "outside sample+train",
+           "outside sample+train+eval")  # fmt: skip
+
+
+def row(name: str, s: dict[str, float]) -> list[str]:
+    ms = [s[k] * 1000 for k in ("total", "wall", "sample", "wait", "train")]
+    small = [s[k] * 1000 for k in ("score", "publish", "checkpoint", "eval", "other")]
     return [
         name,
-        f"{s['total'] * 1000:.0f}",
-        f"{s['sample'] * 1000:.0f}",
-        f"{s['train'] * 1000:.0f}",
-        f"{s['score'] * 1000:.1f}",
-        f"{s['publish'] * 1000:.1f}",
-        f"{s['checkpoint'] * 1000:.1f}",
-        f"{s['other'] * 1000:.1f}",
-        f"{external:.1f}",
-        f"{100 * outside:.2f}%",
-        f"{100 * outside_scored:.2f}%",
-        f"{100 * outside_no_ckpt:.2f}%",
-        f"{wall * 1000:.0f}",
-        f"{100 * outside_wall:.2f}%",
+        *(f"{v:.1f}" for v in ms),
+        *(f"{v:.2f}" for v in small),
+        f"{s['external']:.1f}",
+        f"{100 * (1 - s['busy'] / s['wall']):.2f}%",
+        f"{100 * (1 - s['busy_eval'] / s['wall']):.2f}%",
     ]
+
+
+def silo_in(tree: Path, root: Path, rounds: int) -> list[dict]:
+    """`run_silo` (background checkpoints) in a fresh process from the checkout `tree`."""
+    out = root / "records.json"
+    code = (
+        "import json, sys; from pathlib import Path; "
+        "from benchmarks.node_overhead import run_silo; "
+        f"json.dump(run_silo(Path({str(root)!r}), {rounds}), open({str(out)!r}, 'w'))"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=tree, check=True)
+    return json.loads(out.read_text())
+
+
+def compare_trees(baseline: Path, rounds: int, pairs: int, console: Console) -> None:
+    here = Path(__file__).resolve().parents[1]
+    trees = {"baseline": baseline.resolve(), "this tree": here}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(pairs):
+            order = list(trees) if pair % 2 == 0 else list(reversed(trees))  # ABBA
+            for name in order:
+                console.print(f"pair {pair + 1}/{pairs}: silo from {name} ({trees[name]}) ...")
+                root = Path(tmp) / f"{name.replace(' ', '-')}-{pair}"
+                runs[name].append(phases(silo_in(trees[name], root, rounds)))
+    table = Table(title=f"silo, background checkpoints, {pairs} runs per tree, alternated "
+                        "(ms; means over runs)")  # fmt: skip
+    for col in COLUMNS:
+        table.add_column(col, justify="right")
+    means = {}
+    for name, results in runs.items():
+        mean = {k: statistics.fmean(r[k] for r in results) for k in results[0]}
+        means[name] = mean
+        table.add_row(*row(name, mean))
+    console.print(table)
+    walls = {name: [r["wall"] for r in results] for name, results in runs.items()}
+    ratio = statistics.fmean(walls["this tree"]) / statistics.fmean(walls["baseline"])
+    console.print(
+        "wall per round, per run (ms): "
+        + "; ".join(f"{n}: " + ", ".join(f"{w * 1000:.1f}" for w in ws) for n, ws in walls.items())
+        + f"\nthis tree / baseline: {ratio:.3f}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--baseline-tree", type=Path, default=None)
+    parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args()
-    console = Console(width=200)
+    console = Console(width=220)
+    if args.baseline_tree is not None:
+        compare_trees(args.baseline_tree, args.rounds, args.pairs, console)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         console.print(f"silo node, {args.rounds} rounds, checkpoints written in the round ...")
@@ -104,27 +168,12 @@ def main() -> None:
         console.print(f"3-node swarm over libp2p, {args.rounds} rounds ...")
         swarm = run_swarm(root, args.rounds)
     table = Table(title="node overhead per round (ms; means after 2 warm-up rounds)")
-    for col in (
-        "setup",
-        "round",
-        "sample",
-        "train",
-        "score",
-        "publish",
-        "ckpt",
-        "other",
-        "ext groups",
-        "outside sample+train",
-        "outside sample+train+score",
-        "outside sample+train+ckpt",
-        "wall per round",
-        "outside sample+train (wall)",
-    ):
+    for col in COLUMNS:
         table.add_column(col, justify="right")
-    table.add_row(*row("silo, ckpt in round", silo_foreground))
-    table.add_row(*row("silo, ckpt background", silo))
+    table.add_row(*row("silo, ckpt in round", phases(silo_foreground)))
+    table.add_row(*row("silo, ckpt background", phases(silo)))
     for index, records in enumerate(swarm):
-        table.add_row(*row(f"swarm node-{index} (4/4)", records))
+        table.add_row(*row(f"swarm node-{index} (4/4)", phases(records)))
     console.print(table)
 
 

@@ -87,7 +87,7 @@ def run(
     rewards = [r["mean_local_reward"] or 0.0 for r in records]
     return {
         "round_s": statistics.median(r["seconds"]["total"] for r in timed),
-        "wait_s": statistics.median(r["seconds"]["sample"] for r in timed),
+        "wait_s": statistics.median(r["seconds"]["sample_wait"] for r in timed),
         "train_s": statistics.median(r["seconds"]["train"] for r in timed),
         "cumulative": sum(rewards),
         "last": statistics.fmean(rewards[-20:]),

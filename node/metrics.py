@@ -18,7 +18,7 @@ import logging
 import os
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +42,18 @@ def mean_by_key(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
     return {key: round(statistics.fmean(values), 4) for key, values in sums.items()}
 
 
-def round_seconds(**phases: float) -> dict[str, float]:
-    """A round's time split: the phases given (one of them `total`, publish being only
-    the part not hidden behind training) plus `other`, the rest of `total`."""
-    total = phases["total"]
-    work = sum(v for k, v in phases.items() if k != "total")
-    out = {k: round(v, 4) for k, v in phases.items() if k != "total"}
-    out["other"] = round(max(total - work, 0.0), 4)
+def round_seconds(
+    total: float, critical: Mapping[str, float], compute: Mapping[str, float]
+) -> dict[str, float]:
+    """A round's time split. `critical`: the phases the round waited for, one after the
+    other; with `other` (the rest of `total`: hand-offs, selection, the record) they sum
+    to `total`. `compute`: the worker's own seconds for work that can run ahead of the
+    round or beside it (sampling and scoring), reported as measured and not part of that
+    sum."""
+    out = {k: round(v, 4) for k, v in critical.items()}
+    out["other"] = round(max(total - sum(critical.values()), 0.0), 4)
     out["total"] = round(total, 4)
+    out.update({k: round(v, 4) for k, v in compute.items()})
     return out
 
 

@@ -87,7 +87,10 @@ class RunSummary:
         if final is None:
             raise ValueError("no rounds yet")
         seconds = self.seconds
+        # The worker's own time (sampling may run ahead of its round or, with overlap,
+        # beside training: then the sum can pass the rounds' total, and nothing idles).
         work = seconds["sample"] + seconds["score"] + seconds["train"]
+        total = seconds["total"]
         first, last = self._first_rewards, list(self._last_rewards)
         return {
             "eval_first": self.eval_first,
@@ -107,7 +110,7 @@ class RunSummary:
             "peer_scores": final.get("peer_scores"),  # absent in metrics of older versions
             "bytes_in": final["bytes_in"],
             "bytes_out": final["bytes_out"],
-            "overhead_fraction": 1 - work / seconds["total"] if seconds["total"] else None,
+            "overhead_fraction": max(1 - work / total, 0.0) if total else None,
             "seconds": dict(seconds),
         }
 

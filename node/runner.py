@@ -38,7 +38,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from node import checkpoints
 from node.checkpointing import Checkpointer
 from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
-from node.learner import ExternalGroup, Learner
+from node.learner import ExternalGroup, Learner, LocalGroup
 from node.metrics import histogram, mean_by_key, mean_or_none, round_seconds
 from node.own_samples import OwnSamples
 from node.peer_table import OwnProgress
@@ -189,7 +189,7 @@ class Node:
     def _node_state(self) -> dict[str, Any]:
         return {
             "rounds_done": self.rounds_done,
-            "tasks": self.tasks.state_dict(),
+            "tasks": self.own_samples.tasks_state(),
             "senders": self.sender_versions.state_dict(),
             "pool": self.pool.state_dict(),
             "peer_id": self.gossip.identity.peer_id,
@@ -361,6 +361,17 @@ class Node:
         }
         return eval_record(results, self.learner.policy_version, self.held_out.per_source)
 
+    async def _publish_own(
+        self, groups: Sequence[LocalGroup], sampled_version: int, version: int
+    ) -> None:
+        """Our groups, sampled at `sampled_version`, published as of policy `version`."""
+        learner = self.learner
+        family = learner.model_family
+        batch = RolloutBatch(
+            tuple(g.to_wire(learner.model_id, sampled_version, family) for g in groups)
+        )
+        await self.gossip.publish(self._rollouts_topic, batch, version)
+
     async def run_round(self) -> dict[str, Any]:
         sapo = self.config.sapo
         start = self.timer()
@@ -372,23 +383,7 @@ class Node:
             if sampled.policy_version is not None
             else self.learner.policy_version
         )
-        batch = RolloutBatch(
-            tuple(
-                g.to_wire(self.learner.model_id, sampled_version, self.learner.model_family)
-                for g in sampled.groups
-            )
-        )
-        # Publishing overlaps training: peers get our groups sooner and the round is not
-        # held up by the network. It is awaited before the round ends (errors surface).
-        publish_task = (
-            asyncio.create_task(
-                self.gossip.publish(self._rollouts_topic, batch, self.learner.policy_version),
-                name="publish",
-            )
-            if batch.groups
-            else None
-        )
-
+        publish_task: asyncio.Task[None] | None = None
         try:
             own_round = self.rounds_done
             local = training_batch(sampled.groups, sapo.local_groups)  # S > I: dynamic sampling
@@ -406,17 +401,32 @@ class Node:
             more = self.last_round is None or self.rounds_done + 1 < self.last_round
             if more and not self.stop_requested.is_set():
                 self.own_samples.sample_ahead(self.rounds_done + 1)  # with sampler.overlap
-            trained = await self.offload(self.learner.train, local, external)
-            deltas_record = None
+            training = asyncio.ensure_future(self.offload(self.learner.train, local, external))
+            # Publishing overlaps training (the worker starts first): peers get our groups
+            # sooner and the round is not held up by the network. Awaited before the round
+            # ends, so errors surface.
+            if sampled.groups:
+                publish_task = asyncio.create_task(
+                    self._publish_own(sampled.groups, sampled_version, self.learner.policy_version),
+                    name="publish",
+                )
+            trained = await training
+            deltas_record = packet = None
             delta_start = self.timer()
             if self._deltas_topic is not None:
                 packet, deltas_record = await self.offload(
                     self.learner.share_deltas, self.rounds_done
                 )
-                if packet is not None:
-                    await self.gossip.publish(
-                        self._deltas_topic, packet, self.learner.policy_version
-                    )
+            next_round = self.rounds_done + 1
+            if more and not self.stop_requested.is_set() and not self.held_out.due(next_round):
+                # The next round's policy is final: sample it while this round finishes
+                # (not before a held-out evaluation, which would wait for it). The yield
+                # hands it to the worker now, not after this round's bookkeeping.
+                self.own_samples.prefetch(next_round)
+                await asyncio.sleep(0)
+            if packet is not None:
+                assert self._deltas_topic is not None
+                await self.gossip.publish(self._deltas_topic, packet, self.learner.policy_version)
             delta_s = self.timer() - delta_start
         except BaseException:
             if publish_task is not None:
@@ -470,15 +480,17 @@ class Node:
             "bytes_in": counters["bytes_in"],
             "bytes_out": counters["bytes_out"],
             "seconds": round_seconds(
-                # Overlapped: only the wait for samples taken ahead is this round's time.
-                sample=sample_wait_s if self.own_samples.overlap else sampled.sample_s,
-                score=sampled.score_s,
-                train=trained.train_s,
-                publish=publish_s,
-                checkpoint=checkpoint_s,
-                deltas=delta_s,
-                eval=eval_s,
-                total=self.timer() - start,
+                self.timer() - start,
+                critical={
+                    # Sampled ahead (prefetch, overlap): only the wait is this round's.
+                    "sample_wait": sample_wait_s,
+                    "train": trained.train_s,
+                    "publish": publish_s,
+                    "checkpoint": checkpoint_s,
+                    "deltas": delta_s,
+                    "eval": eval_s,
+                },
+                compute={"sample": sampled.sample_s, "score": sampled.score_s},
             ),
             "train": trained.stats,
             "deltas": deltas_record,

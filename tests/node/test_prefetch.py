@@ -1,0 +1,130 @@
+"""Prefetch: round r+1's own groups are sampled once round r's policy is final, while the
+node finishes round r (`node.own_samples`), and a checkpoint taken meanwhile resumes to
+the same tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gossip.memory import MemoryNetwork
+from node import checkpoints
+from node.metrics import read_metrics, round_seconds
+from node.runner import Node
+from swarm.config import NodeConfig, parse_config
+from tests.node.helpers import stub_node
+
+
+async def immediate(fn: Any, *args: Any) -> Any:
+    """Offload that runs the call as soon as its task first runs (a worker that is free)."""
+    return fn(*args)
+
+
+def _config(tmp: Path, name: str, **node: Any) -> NodeConfig:
+    return parse_config(
+        {
+            "node": {"name": name, "data_dir": str(tmp / name), "checkpoint_every": 2, **node},
+            "transport": {"type": "memory"},
+            "sapo": {"local_groups": 4, "external_groups": 0},
+            "sampler": {"group_size": 8},
+            "eval": {"every": 0},
+        }
+    )
+
+
+def _node(config: NodeConfig, network: str) -> tuple[Node, list[tuple[int, list[Any]]]]:
+    """A stub node whose own sampling calls are recorded as (seed, refs)."""
+    node = stub_node(config, MemoryNetwork(network))
+    node.offload = node.own_samples.offload = immediate
+    calls: list[tuple[int, list[Any]]] = []
+    learner = node.learner
+    sample = learner.sample
+
+    def recording_sample(refs: list[Any], seed: int) -> Any:
+        calls.append((seed, list(refs)))
+        return sample(refs, seed)
+
+    learner.sample = recording_sample  # type: ignore[method-assign]
+    return node, calls
+
+
+def test_the_next_round_is_sampled_before_this_round_ends(tmp_path: Path) -> None:
+    node, calls = _node(_config(tmp_path, "p"), "prefetch-order")
+    sampled_at_round_end: list[int] = []
+    node.on_round = lambda report: sampled_at_round_end.append(len(calls))
+    asyncio.run(node.run(5))
+    # Round k's record is made after round k+1's sampling started; none after the last.
+    assert sampled_at_round_end == [2, 3, 4, 5, 5]
+    assert len(calls) == 5
+
+
+def test_no_prefetch_before_a_held_out_evaluation(tmp_path: Path) -> None:
+    config = _config(tmp_path, "e")
+    config = config.model_copy(update={"eval": config.eval.model_copy(update={"every": 2})})
+    node, calls = _node(config, "prefetch-eval")
+    sampled_at_round_end: list[int] = []
+    node.on_round = lambda report: sampled_at_round_end.append(len(calls))
+    asyncio.run(node.run(5))
+    # Rounds 3 and 5 start with an evaluation: rounds 2 and 4 leave their sampling to them.
+    assert sampled_at_round_end == [2, 2, 4, 4, 5]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_checkpoint_taken_while_sampling_ahead_resumes_the_same_tasks(
+    tmp_path: Path, overlap: bool
+) -> None:
+    config = _config(tmp_path, "c", background_checkpoints=False)
+    first, first_calls = _node(config, f"prefetch-first-{overlap}")
+    first.learner.sample_overlap = overlap  # type: ignore[attr-defined]
+    asyncio.run(first.run(4))
+    data_dir = Path(config.node.data_dir)
+    # Round 2's checkpoint was taken while round 3 was being sampled: resume from it alone.
+    shutil.rmtree(checkpoints.checkpoint_dir(data_dir, 4))
+    second, second_calls = _node(config, f"prefetch-second-{overlap}")
+    second.learner.sample_overlap = overlap  # type: ignore[attr-defined]
+    resumed = second.resume()
+    assert resumed == checkpoints.checkpoint_dir(data_dir, 2)
+    asyncio.run(second.run(2))
+    assert second_calls == first_calls[2:]  # rounds 3-4: same seeds, same task references
+
+
+def test_round_seconds_sum_the_critical_phases_and_report_compute_apart() -> None:
+    seconds = round_seconds(
+        1.0, critical={"sample_wait": 0.1, "train": 0.7}, compute={"sample": 0.3, "score": 0.05}
+    )
+    assert seconds == {
+        "sample_wait": 0.1,
+        "train": 0.7,
+        "other": 0.2,
+        "total": 1.0,
+        "sample": 0.3,  # sampled ahead: most of it hidden behind the previous round
+        "score": 0.05,
+    }
+
+
+def test_a_prefetched_round_waits_only_for_what_the_last_one_did_not_hide(
+    tmp_path: Path,
+) -> None:
+    """Sampling (50 ms in a worker thread) runs while the previous round finishes (30 ms
+    of bookkeeping here, on the event loop): the round waits ~20 ms for its groups."""
+    config = _config(tmp_path, "w")
+    node = stub_node(config, MemoryNetwork("prefetch-wait"))
+    node.offload = node.own_samples.offload = asyncio.to_thread
+    sample = node.learner.sample
+
+    def slow_sample(refs: list[Any], seed: int) -> Any:
+        time.sleep(0.05)
+        return sample(refs, seed)
+
+    node.learner.sample = slow_sample  # type: ignore[method-assign]
+    node.on_round = lambda report: time.sleep(0.03)
+    asyncio.run(node.run(4))
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    waits = [r["seconds"]["sample_wait"] for r in records]
+    assert waits[0] >= 0.05  # nothing sampled ahead of the first round
+    assert all(w < 0.04 for w in waits[1:]), waits

@@ -111,8 +111,9 @@ class TimedLearner:
         self.rng = rng
         self.model_id = inner.model_id
         self.model_family = inner.model_family
-        # Modeled time has no overlap of sampling and training: rounds stay sequential.
-        self.sample_overlap = False
+        # With `sampler.overlap`, round r+1's modeled sampling runs beside round r's
+        # modeled training (virtual timers run at once): the round takes the longer one.
+        self.sample_overlap = bool(getattr(inner, "sample_overlap", False))
 
     @property
     def policy_version(self) -> int:
@@ -125,7 +126,7 @@ class TimedLearner:
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
         result = self.inner.sample(refs, seed)
         seconds = len(refs) * self.compute.sample_s_per_group * self._factor()
-        return SampleResult(result.groups, seconds, 0.0)
+        return SampleResult(result.groups, seconds, 0.0, result.policy_version)
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
         result = self.inner.train(local, external)

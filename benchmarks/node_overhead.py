@@ -26,14 +26,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -41,10 +45,60 @@ from rich.table import Table
 from node.build import apply_overrides, build_node
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
+from simnet.stats import paired_ratio_interval
 from swarm.config import load_config
 
+MODEL_CALLS = ("sample", "train", "evaluate")
 
-def run_silo(root: Path, rounds: int, background: bool = True, every: int = 5) -> list[dict]:
+
+@contextlib.contextmanager
+def model_busy() -> Iterator[list[tuple[str, float, float]]]:
+    """Record (call, start, end) of every `PolicyLearner` sample / train / evaluate call
+    in this process (the model's work, in whichever thread runs it)."""
+    from node.policy_learner import PolicyLearner
+
+    calls: list[tuple[str, float, float]] = []
+    originals = {name: getattr(PolicyLearner, name) for name in MODEL_CALLS}
+
+    def timed(name: str, original: Any) -> Any:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                calls.append((name, start, time.perf_counter()))
+
+        return call
+
+    for name, original in originals.items():
+        setattr(PolicyLearner, name, timed(name, original))
+    try:
+        yield calls
+    finally:
+        for name, original in originals.items():
+            setattr(PolicyLearner, name, original)
+
+
+def model_idle(calls: list[tuple[str, float, float]], warmup: int = 2) -> dict[str, float]:
+    """The model's idle time between the end of train call `warmup` and the end of the last
+    one: `idle_fraction` of that span and `idle_ms` per round."""
+    ends = sorted(end for name, _, end in calls if name == "train")
+    start, stop = ends[warmup - 1], ends[-1]
+    busy, covered = 0.0, start
+    for _, a, b in sorted(calls, key=lambda c: c[1]):
+        a, b = max(a, covered), min(b, stop)
+        if b > a:
+            busy += b - a
+            covered = b
+    span = stop - start
+    rounds = len(ends) - warmup
+    return {"idle_fraction": 1 - busy / span, "idle_ms": 1000 * (span - busy) / rounds}
+
+
+def run_silo(
+    root: Path, rounds: int, background: bool = True, every: int = 5
+) -> tuple[list[dict], dict[str, float]]:
+    """A silo node's metrics records and its model's idle time (`model_idle`)."""
     config_path = write_configs(1, rounds, root / f"silo-{background}")[0]
     overrides = {
         "transport": {"type": "memory"},
@@ -52,8 +106,9 @@ def run_silo(root: Path, rounds: int, background: bool = True, every: int = 5) -
         "node": {"checkpoint_every": every, "background_checkpoints": background},
     }
     config = apply_overrides(load_config(config_path), overrides, str(config_path))
-    asyncio.run(build_node(config).run(rounds))
-    return read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    with model_busy() as calls:
+        asyncio.run(build_node(config).run(rounds))
+    return read_metrics(Path(config.node.data_dir) / "metrics.jsonl"), model_idle(calls)
 
 
 def run_swarm(root: Path, rounds: int, nodes: int = 3) -> list[list[dict]]:
@@ -91,7 +146,7 @@ def phases(records: list[dict]) -> dict[str, float]:
 
 COLUMNS = ("setup", "round", "wall", "sample", "waited", "train", "score", "publish", "ckpt",
            "eval", "other", "ext groups", "outside sample+train",
-           "outside sample+train+eval")  # fmt: skip
+           "outside sample+train+eval", "model idle (measured)")  # fmt: skip
 
 
 def row(name: str, s: dict[str, float]) -> list[str]:
@@ -104,19 +159,24 @@ def row(name: str, s: dict[str, float]) -> list[str]:
         f"{s['external']:.1f}",
         f"{100 * (1 - s['busy'] / s['wall']):.2f}%",
         f"{100 * (1 - s['busy_eval'] / s['wall']):.2f}%",
+        "-" if "idle_ms" not in s else f"{100 * s['idle_fraction']:.2f}% ({s['idle_ms']:.2f} ms)",
     ]
 
 
-def silo_in(tree: Path, root: Path, rounds: int) -> list[dict]:
-    """`run_silo` (background checkpoints) in a fresh process from the checkout `tree`."""
+def silo_in(tree: Path, root: Path, rounds: int) -> tuple[list[dict], dict[str, float]]:
+    """`run_silo` (background checkpoints) in a fresh process running the node code of the
+    checkout `tree` (this file's measuring code, loaded by path)."""
     out = root / "records.json"
     code = (
-        "import json, sys; from pathlib import Path; "
-        "from benchmarks.node_overhead import run_silo; "
-        f"json.dump(run_silo(Path({str(root)!r}), {rounds}), open({str(out)!r}, 'w'))"
+        "import importlib.util, json, sys; from pathlib import Path; "
+        f"spec = importlib.util.spec_from_file_location('overhead', {__file__!r}); "
+        "bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench); "
+        f"json.dump(bench.run_silo(Path({str(root)!r}), {rounds}), open({str(out)!r}, 'w'))"
     )
-    subprocess.run([sys.executable, "-c", code], cwd=tree, check=True)
-    return json.loads(out.read_text())
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, check=True)
+    records, idle = json.loads(out.read_text())
+    return records, idle
 
 
 def compare_trees(baseline: Path, rounds: int, pairs: int, console: Console) -> None:
@@ -129,7 +189,8 @@ def compare_trees(baseline: Path, rounds: int, pairs: int, console: Console) -> 
             for name in order:
                 console.print(f"pair {pair + 1}/{pairs}: silo from {name} ({trees[name]}) ...")
                 root = Path(tmp) / f"{name.replace(' ', '-')}-{pair}"
-                runs[name].append(phases(silo_in(trees[name], root, rounds)))
+                records, idle = silo_in(trees[name], root, rounds)
+                runs[name].append({**phases(records), **idle})
     table = Table(title=f"silo, background checkpoints, {pairs} runs per tree, alternated "
                         "(ms; means over runs)")  # fmt: skip
     for col in COLUMNS:
@@ -140,13 +201,18 @@ def compare_trees(baseline: Path, rounds: int, pairs: int, console: Console) -> 
         means[name] = mean
         table.add_row(*row(name, mean))
     console.print(table)
-    walls = {name: [r["wall"] for r in results] for name, results in runs.items()}
-    ratio = statistics.fmean(walls["this tree"]) / statistics.fmean(walls["baseline"])
-    console.print(
-        "wall per round, per run (ms): "
-        + "; ".join(f"{n}: " + ", ".join(f"{w * 1000:.1f}" for w in ws) for n, ws in walls.items())
-        + f"\nthis tree / baseline: {ratio:.3f}"
-    )
+    for key, unit in (("wall", "wall per round, ms"), ("idle_ms", "model idle per round, ms")):
+        scale = 1000 if key == "wall" else 1
+        values = {name: [r[key] * scale for r in results] for name, results in runs.items()}
+        ratio = paired_ratio_interval(
+            [a / b for a, b in zip(values["this tree"], values["baseline"], strict=True)]
+        )
+        interval = "" if ratio.low is None else f" [{ratio.low:.3f}, {ratio.high:.3f}]"
+        console.print(
+            f"{unit}: "
+            + "; ".join(f"{n}: " + ", ".join(f"{v:.2f}" for v in vs) for n, vs in values.items())
+            + f"\n  this tree / baseline, paired: {ratio.mean:.3f}{interval}"
+        )
 
 
 def main() -> None:
@@ -162,16 +228,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         console.print(f"silo node, {args.rounds} rounds, checkpoints written in the round ...")
-        silo_foreground = run_silo(root, args.rounds, background=False)
+        silo_foreground, idle_foreground = run_silo(root, args.rounds, background=False)
         console.print(f"silo node, {args.rounds} rounds, checkpoints in the background ...")
-        silo = run_silo(root, args.rounds)
+        silo, idle = run_silo(root, args.rounds)
         console.print(f"3-node swarm over libp2p, {args.rounds} rounds ...")
         swarm = run_swarm(root, args.rounds)
     table = Table(title="node overhead per round (ms; means after 2 warm-up rounds)")
     for col in COLUMNS:
         table.add_column(col, justify="right")
-    table.add_row(*row("silo, ckpt in round", phases(silo_foreground)))
-    table.add_row(*row("silo, ckpt background", phases(silo)))
+    table.add_row(*row("silo, ckpt in round", {**phases(silo_foreground), **idle_foreground}))
+    table.add_row(*row("silo, ckpt background", {**phases(silo), **idle}))
     for index, records in enumerate(swarm):
         table.add_row(*row(f"swarm node-{index} (4/4)", phases(records)))
     console.print(table)

@@ -12,8 +12,9 @@ Invariants:
 - The admission queue is bounded (`ADMISSION_QUEUE`); a batch that does not fit is
   dropped and counted as `admission_full` (our capacity, not the peer's fault).
 - Sampling and training run through `offload` (a thread in production), so gossip keeps
-  flowing while the model works; with `Learner.sample_overlap` the next round's own
-  groups are sampled while this round trains (`node.own_samples`).
+  flowing while the model works. The next round's own groups are sampled as soon as
+  this round's policy is final (prefetch), or, with `Learner.sample_overlap`, while
+  this round trains (`node.own_samples`).
 - Checkpoints (`node.checkpointing`) are captured at the end of a round and, by default,
   written in the background while the next rounds train; the last one before `run`
   returns is written in full. Each round's outputs (metrics, samples, peer table, logger

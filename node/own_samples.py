@@ -4,14 +4,18 @@ Invariants:
 - Round r's groups use the task stream's next `sapo.groups_sampled` (S) references and a seed
   distinct per node and round (`round_seed`), whether sampled in round r or ahead.
 - Prefetch (always): once round r's policy is final (trained, peers' deltas merged), round
-  r+1's groups are sampled in a worker thread while the node finishes round r (publish,
-  checkpoint capture, metrics). Same weights, references and seed as sampling at the start
-  of round r+1: only the model's idle time between rounds goes.
+  r+1's groups are sampled while the node finishes round r (publish, checkpoint capture,
+  metrics). Same weights, references and seed as sampling at the start of round r+1: only
+  the model's idle time between rounds goes. Own-round sampling runs through `offload`
+  (the node's model thread, in order with training: the node may queue it right behind
+  round r's training).
 - With overlap (`Learner.sample_overlap`, from `sampler.overlap`), round r+1's groups
-  are sampled while round r trains: they come from the weights of one optimizer step
-  earlier, and `SampleResult.policy_version` says which.
-- At most one round is sampled ahead, and `drain` waits for it when the node stops (its
-  groups are then dropped: they were never trained on or shared).
+  are sampled while round r trains (through `overlap_offload`, another thread): they come
+  from the weights of one optimizer step earlier, and `SampleResult.policy_version` says
+  which.
+- At most one round is sampled ahead. `drain` (the node stopping) cancels it: sampling
+  that has not started never does; sampling under way ends in its thread. Its groups are
+  dropped either way (they were never trained on or shared).
 - The task stream is advanced when the references are drawn, but `tasks_state` (what a
   checkpoint saves) leaves out the references of a round sampled ahead and not yet taken:
   a node resumed from that checkpoint samples the same tasks for that round again.
@@ -49,21 +53,25 @@ class OwnSamples:
         tasks: TaskStream,
         learner: Callable[[], Learner],
         offload: Callable[..., Awaitable[Any]],
+        overlap_offload: Callable[..., Awaitable[Any]] | None = None,
     ) -> None:
         self.config = config
         self.tasks = tasks
         self.learner = learner
         self.offload = offload
+        self.overlap_offload = overlap_offload or offload
         self._ahead: _Ahead | None = None
 
     @property
     def overlap(self) -> bool:
         return bool(getattr(self.learner(), "sample_overlap", False))
 
-    def _start(self, round_index: int) -> Awaitable[SampleResult]:
+    def _start(
+        self, round_index: int, offload: Callable[..., Awaitable[Any]] | None = None
+    ) -> Awaitable[SampleResult]:
         refs = self.tasks.next_refs(self.config.sapo.groups_sampled)
         seed = round_seed(self.config, round_index)
-        return self.offload(self.learner().sample, refs, seed)
+        return (offload or self.offload)(self.learner().sample, refs, seed)
 
     async def take(self, round_index: int) -> tuple[SampleResult, float]:
         """Round `round_index`'s own groups, and the seconds this waited for them."""
@@ -77,20 +85,23 @@ class OwnSamples:
             result = await self._start(round_index)
         return result, asyncio.get_running_loop().time() - waited_from
 
-    def _sample_ahead(self, round_index: int) -> None:
+    def _sample_ahead(
+        self, round_index: int, offload: Callable[..., Awaitable[Any]] | None = None
+    ) -> None:
         if self._ahead is None:
             refs = self.config.sapo.groups_sampled
-            task = asyncio.ensure_future(self._start(round_index))
+            task = asyncio.ensure_future(self._start(round_index, offload))
             self._ahead = _Ahead(round_index, refs, task)
 
     def sample_ahead(self, round_index: int) -> None:
         """With overlap on: start sampling round `round_index` now (while this one trains)."""
         if self.overlap:
-            self._sample_ahead(round_index)
+            self._sample_ahead(round_index, self.overlap_offload)
 
     def prefetch(self, round_index: int) -> None:
-        """Start sampling round `round_index` now: call once the policy it samples from is
-        final (a no-op where overlap already started it)."""
+        """Start (or, on an in-order model thread, queue) sampling round `round_index`:
+        call once the policy it samples from is final, or queued behind the call that
+        makes it final (a no-op where overlap already started it)."""
         self._sample_ahead(round_index)
 
     def tasks_state(self) -> dict[str, int]:
@@ -103,4 +114,5 @@ class OwnSamples:
     async def drain(self) -> None:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
+            ahead.task.cancel()
             await asyncio.wait({ahead.task})

@@ -51,6 +51,7 @@ from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner, LocalGroup
 from node.metrics import histogram, mean_by_key, mean_or_none, round_seconds
+from node.model_thread import ModelThread
 from node.own_samples import OwnSamples
 from node.peer_table import OwnProgress
 from node.pool import RolloutPool
@@ -95,6 +96,7 @@ class Node:
         clock: Clock,
         *,
         offload: Offload = asyncio.to_thread,
+        model_offload: Offload | None = None,
         on_round: Callable[[RoundReport], None] | None = None,
         capabilities: tuple[str, ...] = (),
         timer: Callable[[], float] = time.perf_counter,
@@ -106,6 +108,11 @@ class Node:
         self.learner = learner
         self.clock = clock
         self.offload = offload
+        # The model's work runs on one thread, in order (`node.model_thread`), where
+        # offloading means threads; an injected offload (simnet, tests) serves both.
+        self.model_offload = model_offload or (
+            ModelThread(f"model-{config.node.name}") if offload is asyncio.to_thread else offload
+        )
         self.on_round = on_round
         self.capabilities = capabilities
         self.timer = timer
@@ -127,7 +134,9 @@ class Node:
         self.tasks = TaskStream(config.tasks, config.model.seed)
         self.progress = OwnProgress()
         """What our hellos say of our progress (peers show it as our claim)."""
-        self.own_samples = OwnSamples(config, self.tasks, lambda: self.learner, offload)
+        self.own_samples = OwnSamples(
+            config, self.tasks, lambda: self.learner, self.model_offload, offload
+        )
         self.held_out = HeldOut(config)
         self.intake = Intake(
             config,
@@ -261,6 +270,8 @@ class Node:
             await self.own_samples.drain()
             await self.checkpointer.settle_quietly()  # stopping on an error: finish the write
             self._outputs.close()
+            if isinstance(self.model_offload, ModelThread):
+                self.model_offload.close()
 
     async def _run_joined(
         self,
@@ -357,7 +368,9 @@ class Node:
             return None
         held = self.held_out
         results = {
-            name: await self.offload(self.learner.evaluate, refs, held.max_new_tokens, held.samples)
+            name: await self.model_offload(
+                self.learner.evaluate, refs, held.max_new_tokens, held.samples
+            )
             for name, refs in held.sets.items()
         }
         return eval_record(results, self.learner.policy_version, self.held_out.per_source)
@@ -400,9 +413,20 @@ class Node:
             chosen_lags = self.pool.lags_of(chosen, self.intake.sender_version)
             external = [ExternalGroup.of(e.sender, e.group, e.rewards) for e in chosen]
             more = self.last_round is None or self.rounds_done + 1 < self.last_round
+            next_round = self.rounds_done + 1
             if more and not self.stop_requested.is_set():
-                self.own_samples.sample_ahead(self.rounds_done + 1)  # with sampler.overlap
-            training = asyncio.ensure_future(self.offload(self.learner.train, local, external))
+                self.own_samples.sample_ahead(next_round)  # with sampler.overlap
+            # Prefetch (below) not before a held-out evaluation, which would wait for it.
+            sample_next = more and not self.held_out.due(next_round)
+            training = asyncio.ensure_future(
+                self.model_offload(self.learner.train, local, external)
+            )
+            # On an in-order model thread, and with no deltas to merge after training, the
+            # next round's sampling is queued right behind this training: the policy it
+            # reads is final when it starts, and the model does not wait for the loop.
+            queued = getattr(self.model_offload, "in_order", False) and self._deltas_topic is None
+            if queued and sample_next and not self.stop_requested.is_set():
+                self.own_samples.prefetch(next_round)
             # Publishing overlaps training (the worker starts first): peers get our groups
             # sooner and the round is not held up by the network. Awaited before the round
             # ends, so errors surface.
@@ -415,14 +439,12 @@ class Node:
             deltas_record = packet = None
             delta_start = self.timer()
             if self._deltas_topic is not None:
-                packet, deltas_record = await self.offload(
+                packet, deltas_record = await self.model_offload(
                     self.learner.share_deltas, self.rounds_done
                 )
-            next_round = self.rounds_done + 1
-            if more and not self.stop_requested.is_set() and not self.held_out.due(next_round):
-                # The next round's policy is final: sample it while this round finishes
-                # (not before a held-out evaluation, which would wait for it). The yield
-                # hands it to the worker now, not after this round's bookkeeping.
+            if not queued and sample_next and not self.stop_requested.is_set():
+                # The next round's policy is final: sample it while this round finishes.
+                # The yield hands it to the worker now, not after this round's bookkeeping.
                 self.own_samples.prefetch(next_round)
                 await asyncio.sleep(0)
             if packet is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from gossip.memory import MemoryNetwork
 from node import checkpoints
 from node.metrics import read_metrics, round_seconds
+from node.model_thread import ModelThread
 from node.runner import Node
 from swarm.config import NodeConfig, parse_config
 from tests.node.helpers import stub_node
@@ -40,7 +42,7 @@ def _config(tmp: Path, name: str, **node: Any) -> NodeConfig:
 def _node(config: NodeConfig, network: str) -> tuple[Node, list[tuple[int, list[Any]]]]:
     """A stub node whose own sampling calls are recorded as (seed, refs)."""
     node = stub_node(config, MemoryNetwork(network))
-    node.offload = node.own_samples.offload = immediate
+    node.offload = node.model_offload = node.own_samples.offload = immediate
     calls: list[tuple[int, list[Any]]] = []
     learner = node.learner
     sample = learner.sample
@@ -114,7 +116,7 @@ def test_a_prefetched_round_waits_only_for_what_the_last_one_did_not_hide(
     of bookkeeping here, on the event loop): the round waits ~20 ms for its groups."""
     config = _config(tmp_path, "w")
     node = stub_node(config, MemoryNetwork("prefetch-wait"))
-    node.offload = node.own_samples.offload = asyncio.to_thread
+    node.offload = node.model_offload = node.own_samples.offload = asyncio.to_thread
     sample = node.learner.sample
 
     def slow_sample(refs: list[Any], seed: int) -> Any:
@@ -128,3 +130,47 @@ def test_a_prefetched_round_waits_only_for_what_the_last_one_did_not_hide(
     waits = [r["seconds"]["sample_wait"] for r in records]
     assert waits[0] >= 0.05  # nothing sampled ahead of the first round
     assert all(w < 0.04 for w in waits[1:]), waits
+
+
+def test_on_the_model_thread_the_next_sampling_follows_training_without_the_loop(
+    tmp_path: Path,
+) -> None:
+    """The next round's sampling is queued behind training on the model thread: it starts
+    when training ends even while the event loop is blocked (here for 50 ms, right then)."""
+    config = _config(tmp_path, "m")
+    node = stub_node(config, MemoryNetwork("prefetch-thread"))
+    thread = ModelThread("test-model")
+    node.offload = asyncio.to_thread
+    node.model_offload = node.own_samples.offload = thread
+    learner = node.learner
+    sample, train = learner.sample, learner.train
+    calls: list[tuple[str, float, float, int]] = []
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def timed_sample(refs: list[Any], seed: int) -> Any:
+        start = time.perf_counter()
+        result = sample(refs, seed)
+        calls.append(("sample", start, time.perf_counter(), threading.get_ident()))
+        return result
+
+    def timed_train(*args: Any) -> Any:
+        start = time.perf_counter()
+        result = train(*args)
+        calls.append(("train", start, time.perf_counter(), threading.get_ident()))
+        assert loop is not None
+        loop.call_soon_threadsafe(time.sleep, 0.05)  # the loop is busy as training ends
+        return result
+
+    learner.sample, learner.train = timed_sample, timed_train  # type: ignore[method-assign]
+
+    async def run() -> None:
+        nonlocal loop
+        loop = asyncio.get_running_loop()
+        await node.run(4)
+
+    asyncio.run(run())
+    assert [c[0] for c in calls] == ["sample", "train"] * 4
+    assert len({c[3] for c in calls}) == 1  # one thread for all of it
+    gaps = [b[1] - a[2] for a, b in zip(calls[1::2], calls[2::2], strict=False)]
+    assert len(gaps) == 3
+    assert all(gap < 0.025 for gap in gaps), gaps

@@ -172,6 +172,10 @@ class Node:
         self._outputs: RoundOutputs | None = None
         self._wait_s = 0.0
         self.checkpointer = Checkpointer(self.data_dir, offload, config.node.checkpoint_every)
+        self._queue_sampling = (
+            getattr(self.model_offload, "in_order", False) and self._deltas_topic is None
+        )
+        """Whether the next round's sampling is queued behind training (see `run_round`)."""
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -424,7 +428,7 @@ class Node:
             # On an in-order model thread, and with no deltas to merge after training, the
             # next round's sampling is queued right behind this training: the policy it
             # reads is final when it starts, and the model does not wait for the loop.
-            queued = getattr(self.model_offload, "in_order", False) and self._deltas_topic is None
+            queued = self._queue_sampling
             if queued and sample_next and not self.stop_requested.is_set():
                 self.own_samples.prefetch(next_round)
             # Publishing overlaps training (the worker starts first): peers get our groups

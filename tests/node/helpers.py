@@ -33,10 +33,14 @@ def stub_config(tmp: Path, name: str, **sapo: Any) -> NodeConfig:
     )
 
 
-def stub_node(config: NodeConfig, network: MemoryNetwork, seed: int = 0) -> Node:
+def stub_node(
+    config: NodeConfig, network: MemoryNetwork, seed: int = 0, **node: Any
+) -> Node:
+    """A `Node` with the stub learner; `node` overrides its keyword arguments (by default
+    every call is offloaded with `run_inline`)."""
     identity = Identity.from_seed(bytes([seed + 1]) * 32)
     transport = MemoryTransport(config.transport, identity, network=network)
     clock = WallClock()
     gossip = Gossip(transport, identity, config.node.swarm_id, config.gossip, clock)
     learner = StubLearner(config.sampler.group_size, config.rewards, skill=0.3)
-    return Node(config, gossip, learner, clock, offload=run_inline)
+    return Node(config, gossip, learner, clock, **{"offload": run_inline, **node})

@@ -41,8 +41,7 @@ def _config(tmp: Path, name: str, **node: Any) -> NodeConfig:
 
 def _node(config: NodeConfig, network: str) -> tuple[Node, list[tuple[int, list[Any]]]]:
     """A stub node whose own sampling calls are recorded as (seed, refs)."""
-    node = stub_node(config, MemoryNetwork(network))
-    node.offload = node.model_offload = node.own_samples.offload = immediate
+    node = stub_node(config, MemoryNetwork(network), offload=immediate)
     calls: list[tuple[int, list[Any]]] = []
     learner = node.learner
     sample = learner.sample
@@ -115,8 +114,11 @@ def test_a_prefetched_round_waits_only_for_what_the_last_one_did_not_hide(
     """Sampling (50 ms in a worker thread) runs while the previous round finishes (30 ms
     of bookkeeping here, on the event loop): the round waits ~20 ms for its groups."""
     config = _config(tmp_path, "w")
-    node = stub_node(config, MemoryNetwork("prefetch-wait"))
-    node.offload = node.model_offload = node.own_samples.offload = asyncio.to_thread
+    # Sampling and training in worker threads, but not on one in-order model thread.
+    node = stub_node(
+        config, MemoryNetwork("prefetch-wait"), offload=asyncio.to_thread,
+        model_offload=asyncio.to_thread,
+    )  # fmt: skip
     sample = node.learner.sample
 
     def slow_sample(refs: list[Any], seed: int) -> Any:
@@ -138,10 +140,10 @@ def test_on_the_model_thread_the_next_sampling_follows_training_without_the_loop
     """The next round's sampling is queued behind training on the model thread: it starts
     when training ends even while the event loop is blocked (here for 50 ms, right then)."""
     config = _config(tmp_path, "m")
-    node = stub_node(config, MemoryNetwork("prefetch-thread"))
-    thread = ModelThread("test-model")
-    node.offload = asyncio.to_thread
-    node.model_offload = node.own_samples.offload = thread
+    node = stub_node(
+        config, MemoryNetwork("prefetch-thread"), offload=asyncio.to_thread,
+        model_offload=ModelThread("test-model"),
+    )  # fmt: skip
     learner = node.learner
     sample, train = learner.sample, learner.train
     calls: list[tuple[str, float, float, int]] = []

@@ -20,6 +20,10 @@ Invariants:
   before its CONNACK (e.g. a TLS alert for a missing client certificate, or a plain
   client on a TLS port), with paho's reason, instead of waiting out the connect
   timeout; paho's own per-attempt error lines go to DEBUG, never to the user's log.
+- `BrokerClient` registers paho's socket for writing only if it is still open when the
+  event loop gets to it: a broker that drops the connection meanwhile is a lost
+  connection, not an error inside the event loop (aiomqtt's own registration then
+  logged a "Bad file descriptor" traceback into the node's log).
 """
 
 from __future__ import annotations
@@ -261,9 +265,11 @@ class BrokerClient(aiomqtt.Client):
     """`aiomqtt.Client` that fails a connection attempt as soon as the broker closes it
     before a CONNACK (aiomqtt 2.5 ignores that disconnection and waits for the timeout).
 
-    It overrides aiomqtt's `_on_disconnect` and reads its `_connected` and `_loop`
-    (aiomqtt is pinned below 3); `tests/gossip/test_mqtt_tls.py` fails if that stops
-    working (the missing-client-certificate attempt would then wait out the timeout)."""
+    It overrides aiomqtt's `_on_disconnect` and `_on_socket_register_write` and reads its
+    `_connected`, `_disconnected` and `_loop` (aiomqtt is pinned below 3);
+    `tests/gossip/test_mqtt_tls.py` fails if that stops working (the
+    missing-client-certificate attempt would then wait out the timeout), and
+    `tests/gossip/test_mqtt_register_write.py` if the write registration does."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.paho_log = _PahoLog()
@@ -286,6 +292,32 @@ class BrokerClient(aiomqtt.Client):
             # paho may call this from the executor thread that runs connect().
             self._loop.call_soon_threadsafe(_fail_pending, connecting, error)
         super()._on_disconnect(client, userdata, flags, reason_code, properties)
+
+
+    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        # aiomqtt schedules `add_writer(fd)` from paho's thread; by the time the loop runs
+        # it the socket may be closed (the fd then fails, or names another socket).
+        fd = sock.fileno()
+
+        def write() -> None:
+            try:
+                client.loop_write()
+            except OSError as exc:  # a broken pipe, a reset, a TLS failure
+                self._lose_connection(exc)
+
+        def register() -> None:
+            if sock.fileno() != fd:
+                return  # closed meanwhile: the reader side reports the lost connection
+            try:
+                self._loop.add_writer(fd, write)
+            except OSError as exc:
+                self._lose_connection(exc)
+
+        self._loop.call_soon_threadsafe(register)
+
+    def _lose_connection(self, exc: OSError) -> None:
+        if not self._disconnected.done():
+            self._disconnected.set_exception(exc)
 
 
 def _fail_pending(future: Any, error: BaseException) -> None:

@@ -8,7 +8,13 @@ Invariants:
   protobuf-encoded public key, so the same key is the node's libp2p host identity and a
   receiver can recover the public key from the sender id alone (no key exchange).
 - A peer id holding a small-order public key is refused (`bad_sender`): for such a key
-  OpenSSL accepts trivial signatures on any message, so anyone could sign as it.
+  some Ed25519 implementations (OpenSSL's) accept trivial signatures on any message, so
+  anyone could sign as it.
+- Signing and verification run in libsodium (PyNaCl), about 1.8x faster than OpenSSL
+  here. Ed25519 signatures are deterministic (RFC 8032), so the bytes are those any
+  implementation makes with the same key; libsodium's verification is the strict kind
+  (canonical S and R, no small-order R or key), which refuses no signature an honest
+  signer makes.
 """
 
 from __future__ import annotations
@@ -19,17 +25,15 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     NoEncryption,
     PrivateFormat,
     PublicFormat,
 )
+from nacl.bindings import crypto_sign, crypto_sign_open, crypto_sign_seed_keypair
+from nacl.exceptions import BadSignatureError
 
 from swarm.errors import ConfigError, WireError
 
@@ -101,10 +105,10 @@ def public_bytes_from_peer_id(peer_id: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
-def _public_key(peer_id: str) -> Ed25519PublicKey:
-    """The key inside `peer_id`, parsed once per peer (base58 and key loading cost about
-    a third of a small message's verification); ids that hold no key are not cached."""
-    return Ed25519PublicKey.from_public_bytes(public_bytes_from_peer_id(peer_id))
+def _public_key(peer_id: str) -> bytes:
+    """The key inside `peer_id`, parsed once per peer (base58 decoding costs about a
+    third of a small message's verification); ids that hold no key are not cached."""
+    return public_bytes_from_peer_id(peer_id)
 
 
 def verify(peer_id: str, message: bytes, signature: bytes) -> None:
@@ -112,9 +116,11 @@ def verify(peer_id: str, message: bytes, signature: bytes) -> None:
     if not isinstance(peer_id, str):
         raise WireError("bad_sender", "peer id is not a string")
     public = _public_key(peer_id)
+    if not isinstance(signature, bytes) or len(signature) != 64:
+        raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
     try:
-        public.verify(signature, message)
-    except InvalidSignature:
+        crypto_sign_open(signature + bytes(message), public)
+    except BadSignatureError:
         raise WireError("bad_signature", f"signature does not verify for {peer_id}") from None
 
 
@@ -146,8 +152,13 @@ class Identity:
     def peer_id(self) -> str:
         return peer_id_from_public_bytes(self.public_bytes)
 
+    @functools.cached_property
+    def _sodium_secret(self) -> bytes:
+        """libsodium's 64-byte secret key (seed and public key) for this identity."""
+        return crypto_sign_seed_keypair(self.seed)[1]
+
     def sign(self, message: bytes) -> bytes:
-        return self.private_key.sign(message)
+        return crypto_sign(bytes(message), self._sodium_secret)[:64]
 
 
 def write_key_file(

@@ -181,3 +181,25 @@ def test_verification_with_a_cached_key_still_checks_every_signature() -> None:
         assert info.value.reason == "bad_sender"
         with pytest.raises(WireError):
             verify(b"12D3KooW", message, a.sign(message))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("length", [0, 1, 200, 5000])
+def test_signatures_are_rfc8032_bytes_and_interoperate_with_openssl(length: int) -> None:
+    """Signing runs in libsodium: the bytes must be exactly OpenSSL's (Ed25519 is
+    deterministic), each side must accept the other's, and a flipped bit or a signature
+    of the wrong length must be refused."""
+    identity = Identity.from_seed(bytes(range(32)))
+    message = os.urandom(length)
+    ours = identity.sign(message)
+    assert ours == identity.private_key.sign(message)
+    identity.private_key.public_key().verify(ours, message)  # OpenSSL accepts ours
+    verify(identity.peer_id, message, identity.private_key.sign(message))
+    for bad in (
+        bytes([ours[0] ^ 1]) + ours[1:],
+        ours[:63] + bytes([ours[63] ^ 0x10]),
+        ours[:63],
+        ours + b"\0",
+    ):
+        with pytest.raises(WireError) as info:
+            verify(identity.peer_id, message, bad)
+        assert info.value.reason == "bad_signature"

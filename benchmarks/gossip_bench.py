@@ -1,12 +1,17 @@
 """Gossip throughput: messages/s and MB/s per transport and payload size, as one table.
 
     .venv/bin/python benchmarks/gossip_bench.py [--quick] [--transports libp2p,mqtt,memory]
+        [--mqtt-delay-ms D]
 
 - libp2p: two OS processes (`tests/gossip/peer_process.py`) on 127.0.0.1, directly
   connected, GossipSub mesh formed before measuring;
 - mqtt: the same two processes through a mosquitto broker this script starts (skipped
   with a note when mosquitto is not installed);
 - memory: two `MemoryTransport`s in this process.
+
+`--mqtt-delay-ms D` puts a link with a round trip of 2 x D ms between every MQTT client
+(ours and the bare ones) and the broker (`tests/gossip/tcp_proxy.DelayProxy`): a broker
+across the internet rather than on this machine.
 
 Every message goes through the gossip layer (signed envelope, verification,
 deduplication; payloads over the transport's message size are chunked and reassembled),
@@ -37,6 +42,7 @@ from swarm.identity import Identity  # noqa: E402
 from swarm.messages import DeltaPacket  # noqa: E402
 from swarm.transport import deltas_topic  # noqa: E402
 from tests.gossip.conftest import Broker, PeerProcess, mosquitto_path  # noqa: E402
+from tests.gossip.tcp_proxy import DelayProxy  # noqa: E402
 
 KB = 1000
 SIZES: list[tuple[str, int, int, int]] = [
@@ -157,6 +163,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages per size")
     parser.add_argument("--transports", default="libp2p,mqtt,memory")
+    parser.add_argument(
+        "--mqtt-delay-ms",
+        type=float,
+        default=0.0,
+        help="one-way delay between each MQTT client and the broker (default 0)",
+    )
     args = parser.parse_args()
     wanted = args.transports.split(",")
     rows: list[Row] = []
@@ -167,6 +179,8 @@ def main() -> None:
                 continue
             extra: list[str] = []
             broker: Broker | None = None
+            proxy: DelayProxy | None = None
+            host, port = "", 0
             if transport == "mqtt":
                 binary = mosquitto_path()
                 if binary is None:
@@ -174,7 +188,14 @@ def main() -> None:
                     continue
                 broker = Broker(binary, workdir)
                 broker.start()
-                extra = ["--mqtt-host", broker.host, "--mqtt-port", str(broker.port)]
+                host, port = broker.host, broker.port
+                if args.mqtt_delay_ms > 0:
+                    proxy = DelayProxy(broker.host, broker.port, args.mqtt_delay_ms)
+                    proxy.start()
+                    host, port = proxy.host, proxy.port
+                    print(f"  note: MQTT clients reach the broker over a "
+                          f"{2 * args.mqtt_delay_ms:g} ms round trip")  # fmt: skip
+                extra = ["--mqtt-host", host, "--mqtt-port", str(port)]
             peers: list[PeerProcess] = []
 
             def spawn(
@@ -194,12 +215,14 @@ def main() -> None:
                     sizes = [(lab, size, small if args.quick else full)
                              for lab, size, full, small in SIZES]  # fmt: skip
                     for qos in (0, 1):
-                        bare = bare_rows(broker.host, broker.port, sizes, qos)
+                        bare = bare_rows(host, port, sizes, qos)
                         for label, count, size, seconds in bare:
                             rows.append(row(f"bare qos{qos}", label, count, size, seconds))
             finally:
                 for peer in peers:
                     peer.stop()
+                if proxy is not None:
+                    proxy.stop()
                 if broker is not None:
                     broker.stop()
         if "memory" in wanted:

@@ -5,15 +5,23 @@ it authenticates nobody, so `TransportMessage.via` is always None and the gossip
 verifies every envelope's signature.
 
 Invariants:
-- MQTT v5, QoS 1 both ways: `publish` returns after the broker's PUBACK. It never
-  raises for a network cause and never waits for a broker: a publish while
-  disconnected, or one whose connection drops (or whose PUBACK does not come within
+- MQTT v5, QoS 1 both ways. `publish` hands the message to the broker connection and
+  returns; its PUBACK is awaited in the background, with at most
+  `config.max_inflight_publishes` publishes awaiting theirs at once (a further
+  `publish` waits for a slot). So a burst (a chunked delta) is not one broker round
+  trip per message: on a link with RTT r, n chunks take about n x r / window instead
+  of n x r. Publishes reach the connection in call order. `publish` never raises for a
+  network cause and never waits for an absent broker: a publish while disconnected, or
+  one whose connection drops (or whose PUBACK does not come within
   `publish_timeout_s`) before the broker acknowledged it, is dropped and counted by
   reason (`stats()["dropped_outgoing_by_reason"]`: `disconnected`, `connection_lost`,
-  `publish_failed`; total in `dropped_outgoing`), never retried, never lost uncounted.
-  It raises `ValueError` for a payload over `max_message_bytes` (the caller's bug) and
-  `ConnectionError` only before `start`, after `stop`, or after the connection loop
-  itself crashed (our bug; `receive` raises then too).
+  `publish_failed`; total in `dropped_outgoing`), never retried, never lost uncounted;
+  `published` counts PUBACKs received. `stop` waits up to `_STOP_GRACE_S` for the
+  PUBACKs still due, then counts the rest as `connection_lost`. `publish` raises
+  `ValueError` for a payload over `max_message_bytes` (the caller's bug) and
+  `ConnectionError` only before `start`, after `stop`, after the connection loop
+  crashed (our bug; `receive` raises then too), or after a publish failed for a cause
+  other than the network (our bug too; logged with its traceback).
 - Subscriptions use the MQTT v5 `no_local` option, so a node's own publishes are not
   delivered back to it.
 - The client identifier is derived from the peer id (`swarm-<peer id>-<random>`): the
@@ -53,8 +61,10 @@ Invariants:
 Memory bound. What peers can make this transport hold is at most
   inbox:        max(max_queued_bytes, one message) + 512 B x queued messages
   one packet:   being read by paho, max_message_bytes + `_PACKET_MARGIN_BYTES`
-(defaults: ~65 MiB), on top of the gossip layer's own bounds and allocator slack;
-`tests/gossip/test_flood_rss.py` measures it. The broker holds the rest for us
+(defaults: ~65 MiB); our own publishes awaiting a PUBACK hold at most
+`max_inflight_publishes` x `max_message_bytes` (defaults: 16 MiB); all on top of the
+gossip layer's own bounds and allocator slack; `tests/gossip/test_flood_rss.py`
+measures it. The broker holds the rest for us
 (mosquitto: its `max_queued_messages` per client).
 """
 
@@ -62,6 +72,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import secrets
@@ -96,6 +107,8 @@ _BACKOFF_MAX_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
 _PUBLISH_TIMEOUT_S = 10.0
 """Longest wait for the broker's PUBACK before a publish is dropped (`publish_failed`)."""
+_STOP_GRACE_S = 2.0
+"""On `stop`, the longest wait for PUBACKs still due (a node's last round's rollouts)."""
 _OUTAGE_REPORT_S = 300.0
 """While the broker stays unreachable, one reminder WARNING per this many seconds."""
 _MAX_CAUSES_LOGGED = 8
@@ -135,6 +148,9 @@ class MqttTransport:
         self._stopping = False
         self._first_connect: asyncio.Future[None] | None = None
         self._client_queue_type = _inbox_queue_type(self._offer)
+        self._window: asyncio.Semaphore | None = None
+        """One slot per publish awaiting its PUBACK (made by `start`, in its loop)."""
+        self._inflight: set[asyncio.Future[None]] = set()
         self.published = 0
         self.reconnects = 0
         self.connect_failures: Counter[str] = Counter(dict.fromkeys(CONNECT_FAILURE_CAUSES, 0))
@@ -173,6 +189,8 @@ class MqttTransport:
             name="MQTT receive",
         )
         self._inbox.bind(asyncio.get_running_loop())
+        self._window = asyncio.Semaphore(self.config.max_inflight_publishes)
+        self._inflight = set()
         self._first_connect = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(), name=f"mqtt-{self.peer_id[-8:]}")
         if wait_connected_s is not None:
@@ -188,6 +206,9 @@ class MqttTransport:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._inflight:
+            # The PUBACKs still due: a stopping node's last publishes should arrive.
+            await asyncio.wait(set(self._inflight), timeout=_STOP_GRACE_S)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -215,28 +236,40 @@ class MqttTransport:
                 f"message of {len(data)} bytes exceeds max_message_bytes "
                 f"{self.max_message_bytes}; the gossip layer must chunk it"
             )
-        if self._task is None or self._failure is not None:
+        window = self._window
+        if self._task is None or self._failure is not None or window is None:
             raise ConnectionError(
                 f"MQTT transport not running (failure: {self._failure!r})"
                 if self._failure is not None
                 else "MQTT transport not started, or stopped"
             )
+        await window.acquire()
+        # Checked after the wait for a slot: the connection may have gone meanwhile.
         client, lost = self._client, self._connection_lost
         if client is None or lost is None or lost.done() or not self._connected.is_set():
+            window.release()
             self.dropped_outgoing["disconnected"] += 1
             return
         publishing = asyncio.ensure_future(
             client.publish(topic, bytes(data), qos=_QOS, timeout=self._publish_timeout_s)
         )
-        try:
-            await asyncio.wait((publishing, lost), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not publishing.done():
-                # The connection went first (or our caller was cancelled): stop waiting
-                # for a PUBACK that cannot come; its outcome is consumed, not awaited.
-                publishing.cancel()
-                publishing.add_done_callback(_consume_outcome)
-        if not publishing.done() or publishing.cancelled():
+        self._inflight.add(publishing)
+        publishing.add_done_callback(functools.partial(self._acknowledged, window, lost))
+        # Let it hand the packet to paho now (tasks start in the order they were made,
+        # so publishes reach the connection in call order either way).
+        await asyncio.sleep(0)
+
+    def _acknowledged(
+        self,
+        window: asyncio.Semaphore,
+        lost: asyncio.Future[None],
+        publishing: asyncio.Future[None],
+    ) -> None:
+        """A publish's PUBACK came, or it was dropped: free its slot, count the outcome."""
+        self._inflight.discard(publishing)
+        window.release()
+        if publishing.cancelled():
+            # Cancelled when its connection ended (the connection loop's `finally`).
             self.dropped_outgoing["connection_lost"] += 1
             return
         exc = publishing.exception()
@@ -246,9 +279,11 @@ class MqttTransport:
             # A PUBACK that never came (timeout) or a connection that dropped under it.
             reason = "connection_lost" if lost.done() else "publish_failed"
             self.dropped_outgoing[reason] += 1
-            log.debug("MQTT publish on %s dropped (%s): %s", topic, reason, exc)
+            log.debug("MQTT publish dropped (%s): %s", reason, exc)
         else:
-            raise exc
+            # Not the network: our bug. Later publishes raise ConnectionError naming it.
+            self._failure = exc
+            log.error("MQTT publish failed", exc_info=exc)
 
     async def receive(self) -> TransportMessage:
         if self._inbox is None:
@@ -333,10 +368,14 @@ class MqttTransport:
                     protocol=aiomqtt.ProtocolVersion.V5,
                     queue_type=self._client_queue_type,
                     properties=self._connect_properties(),
+                    max_inflight_messages=self.config.max_inflight_publishes,
                     timeout=_CONNECT_TIMEOUT_S,
                     keepalive=30,
                 ) as client:
                     accepted = True
+                    # aiomqtt warns above this many publishes awaiting a PUBACK; ours
+                    # are bounded by the window, by design.
+                    client.pending_calls_threshold = self.config.max_inflight_publishes
                     done: set[str] = set()
                     while pending := [t for t in self._topics if t not in done]:
                         for topic in pending:
@@ -366,6 +405,8 @@ class MqttTransport:
                 lost = self._connection_lost
                 if lost is not None and not lost.done():
                     lost.set_result(None)
+                for publishing in list(self._inflight):
+                    publishing.cancel()  # no PUBACK comes over a closed connection
             if self._stopping:
                 break
             self.reconnects += 1
@@ -469,12 +510,6 @@ def _inbox_queue_type(
             on_message(item)
 
     return InboxQueue
-
-
-def _consume_outcome(task: asyncio.Future[None]) -> None:
-    """Retrieve an abandoned publish's outcome (so asyncio does not report it)."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _subscribe_options() -> SubscribeOptions:

@@ -157,6 +157,10 @@ class MqttTransportConfig(StrictModel):
     SWARM_MQTT_PASSWORD), read when the node starts."""
     max_message_bytes: int = Field(ONE_MIB, ge=16 * 1024, le=256 * ONE_MIB)
     """Largest MQTT publish sent; gossip chunks anything larger."""
+    max_inflight_publishes: int = Field(16, ge=1, le=65535)
+    """Publishes awaiting the broker's acknowledgement (PUBACK) at once; a further
+    publish waits for one. 1: every publish waits for its own (one round trip to the
+    broker per message, chunks included)."""
     max_queued_messages: int = Field(1024, ge=1)
     """Bound on messages queued inside the client before the node reads them."""
     max_queued_bytes: int = Field(64 * ONE_MIB, ge=ONE_MIB)

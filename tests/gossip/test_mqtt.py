@@ -8,7 +8,9 @@ publishes back (MQTT v5 no_local), and the peers survive a broker restart.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from gossip.mqtt import MqttTransport
 from swarm.config.network import ONE_MIB, MqttTransportConfig
 from swarm.identity import Identity
+from tests.gossip.tcp_proxy import DelayProxy
 
 PeerProcess = Any  # conftest.PeerProcess (conftest modules are not imported by tests)
 TIMEOUT_S = 30.0
@@ -226,5 +229,91 @@ def test_receive_queue_is_bounded_in_bytes_and_oversize_stays_at_the_broker(
         finally:
             await sender.stop()
             await reader.stop()
+
+    asyncio.run(main())
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def test_publishes_do_not_wait_for_each_puback_and_the_window_bounds_them(
+    mosquitto_broker: Any,
+) -> None:
+    """With the broker's PUBACKs held back, `max_inflight_publishes` publishes still go
+    out and return; the next one waits for a slot until the acknowledgements come."""
+    topic = "swarm/x/rollouts"
+
+    async def main() -> None:
+        with DelayProxy(mosquitto_broker.host, mosquitto_broker.port) as proxy:
+            config = MqttTransportConfig(
+                host=proxy.host, port=proxy.port, max_inflight_publishes=4
+            )
+            sender = MqttTransport(config, Identity.generate())
+            reader = MqttTransport(
+                MqttTransportConfig(host=mosquitto_broker.host, port=mosquitto_broker.port),
+                Identity.generate(),
+            )
+            await reader.start()
+            await sender.start()
+            try:
+                await reader.subscribe(topic)
+                proxy.pause_downstream()  # nothing from the broker reaches the sender
+                for i in range(4):
+                    await asyncio.wait_for(sender.publish(topic, b"%d" % i), TIMEOUT_S)
+                fifth = asyncio.create_task(sender.publish(topic, b"4"))
+                got = [await asyncio.wait_for(reader.receive(), TIMEOUT_S) for _ in range(4)]
+                assert [m.data for m in got] == [b"0", b"1", b"2", b"3"]  # in call order
+                await asyncio.sleep(0.3)
+                assert not fifth.done()  # no slot: four publishes await their PUBACK
+                assert sender.published == 0
+                proxy.resume_downstream()
+                await asyncio.wait_for(fifth, TIMEOUT_S)
+                assert (await asyncio.wait_for(reader.receive(), TIMEOUT_S)).data == b"4"
+                await _until(lambda: sender.published == 5, "5 PUBACKs")
+                assert sender.stats()["dropped_outgoing"] == 0
+            finally:
+                await sender.stop()
+                await reader.stop()
+
+    asyncio.run(main())
+
+
+def test_unacknowledged_publishes_are_counted_lost_on_a_cut_and_awaited_on_stop(
+    mosquitto_broker: Any,
+) -> None:
+    """Publishes awaiting a PUBACK when the connection is cut are counted
+    `connection_lost` (never raised, never hanging); the transport reconnects and
+    publishes again; `stop` gives the PUBACKs still due a grace period."""
+    topic = "swarm/x/rollouts"
+
+    async def main() -> None:
+        with DelayProxy(mosquitto_broker.host, mosquitto_broker.port) as proxy:
+            config = MqttTransportConfig(host=proxy.host, port=proxy.port)
+            sender = MqttTransport(config, Identity.generate())
+            await sender.start()
+            try:
+                proxy.pause_downstream()
+                for i in range(3):
+                    await asyncio.wait_for(sender.publish(topic, b"%d" % i), TIMEOUT_S)
+                proxy.drop_all()
+                lost = sender.dropped_outgoing
+                await _until(lambda: lost["connection_lost"] == 3, "3 publishes counted lost")
+                proxy.resume_downstream()
+                await _until(lambda: sender.connected, "the reconnection")
+                await sender.publish(topic, b"again")
+                await _until(lambda: sender.published == 1, "the PUBACK after reconnecting")
+
+                proxy.pause_downstream()
+                await sender.publish(topic, b"last words")
+                threading.Timer(0.3, proxy.resume_downstream).start()
+            finally:
+                await sender.stop()  # waits for the last PUBACK (resumed after 0.3 s)
+            assert sender.published == 2
+            assert sum(sender.dropped_outgoing.values()) == 3
 
     asyncio.run(main())

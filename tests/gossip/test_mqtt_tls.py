@@ -207,6 +207,10 @@ def test_tls_with_password_file_and_env_exchange_messages(
             await sender.publish("swarm/x/rollouts", b"over tls")
             message = await asyncio.wait_for(reader.receive(), TIMEOUT_S)
             assert message.data == b"over tls"
+            # `published` counts PUBACKs, which come in the background.
+            deadline = time.monotonic() + TIMEOUT_S
+            while sender.published < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
             for transport in (reader, sender):
                 stats = transport.stats()
                 assert stats["connected"] and stats["published"] + stats["received"] == 1

@@ -78,7 +78,7 @@ from gossip.seen import SeenCache
 from swarm.clock import Clock
 from swarm.codec import Limits
 from swarm.config.network import GossipConfig
-from swarm.envelope import Envelope, decode_envelope, seal, seal_parts
+from swarm.envelope import Envelope, decode_envelope, seal_parts
 from swarm.errors import WireError
 from swarm.identity import Identity
 from swarm.messages import (
@@ -90,6 +90,7 @@ from swarm.messages import (
     RolloutBatch,
     decode_payload,
     encode_payload,
+    payload_parts,
 )
 from swarm.transport import Transport, TransportMessage, deltas_topic, peers_topic, rollouts_topic
 
@@ -238,8 +239,7 @@ class Gossip:
         version = policy_version
         if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_SEQ:
             raise ValueError("policy_version must be an int in [0, 2**63)")
-        envelope = self._seal(message.KIND, version, encode_payload(message))
-        data = envelope.encode()
+        data, digest = self._seal_parts(message.KIND, version, payload_parts(message))
         if len(data) > self.config.max_envelope_bytes:
             raise ValueError(
                 f"{message.KIND} envelope of {len(data)} bytes > max_envelope_bytes "
@@ -249,8 +249,8 @@ class Gossip:
             wires = [data]
         else:
             wires = [
-                self._seal_parts(Chunk.KIND, version, chunk.payload_parts())
-                for chunk in split(data, self.chunk_data_bytes, envelope.signing_digest, views=True)
+                self._seal_parts(Chunk.KIND, version, chunk.payload_parts())[0]
+                for chunk in split(data, self.chunk_data_bytes, digest, views=True)
             ]
         sent = 0
         for wire in wires:
@@ -286,29 +286,17 @@ class Gossip:
         return seq
 
     def _seal_parts(
-        self, kind: str, policy_version: int, parts: tuple[bytes, bytes | memoryview]
-    ) -> bytes:
-        """The wire bytes of `_seal(kind, policy_version, b"".join(parts)).encode()`, the
-        parts copied once (chunks: their data is a view of the inner envelope)."""
-        wire, _ = seal_parts(
+        self, kind: str, policy_version: int, parts: tuple[bytes | memoryview, ...]
+    ) -> tuple[bytes, bytes]:
+        """(wire bytes, signing digest) of our next envelope of `kind` whose payload is
+        `b"".join(parts)`, the parts copied once (large tensors, chunks' data: views)."""
+        return seal_parts(
             self.identity,
             kind=kind,
             swarm_id=self.swarm_id,
             seq=self._take_seq(),
             policy_version=policy_version,
             payload_parts=parts,
-        )
-        return wire
-
-    def _seal(self, kind: str, policy_version: int, payload: bytes) -> Envelope:
-        seq = self._take_seq()
-        return seal(
-            self.identity,
-            kind=kind,
-            swarm_id=self.swarm_id,
-            seq=seq,
-            policy_version=policy_version,
-            payload=payload,
         )
 
     def _chunk_overhead(self) -> int:

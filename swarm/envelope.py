@@ -19,7 +19,13 @@ Invariants:
   signature, and raises `WireError` with one reason per check; a returned envelope is
   authentic (the sender really signed it) but not yet fresh (replay and staleness checks
   belong to gossip and `swarm.staleness`).
-- The payload stays bytes here; it is decoded by kind with its own limits.
+- The payload stays bytes here; it is decoded by kind with its own limits. An envelope
+  of at least `_VIEW_AT_BYTES` in the framing every sender here writes (`_frame`: the
+  array header, six scalars, the payload as one msgpack bin, the 64-byte signature,
+  nothing after) is read without copying its payload: `payload` is then a read-only
+  memoryview of the received bytes. Only the six small fields go through msgpack; any
+  other layout takes the general decoder, so what is accepted and every refusal's
+  reason are the same either way (`tests/swarm/test_envelope.py` checks both).
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ import hashlib
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
 
 from swarm import PROTOCOL_VERSION
 from swarm.codec import Limits, bin_header, pack, unpack
@@ -41,6 +50,12 @@ MAX_KIND_BYTES = 32
 MAX_SENDER_BYTES = 128
 _FRAME_AT_BYTES = 1 << 16
 """Payloads from this size on are framed by hand (`_frame`), smaller ones by msgpack."""
+_VIEW_AT_BYTES = 1 << 14
+"""Envelopes from this size on are read without copying their payload (when framed as
+`_frame` writes them); below it a copy costs less than looking for the framing."""
+_HEAD_BYTES = 1024
+"""Enough for the six fields before the payload at their largest (kind 32 bytes,
+swarm id 128 characters of up to 4 UTF-8 bytes, sender 128 bytes, three ints)."""
 MAX_WIRE_INT = 2**53 - 1
 """`seq` and `policy_version` stay below 2**53, so every JSON/JavaScript peer reads them
 exactly (senders start `seq` at wall-clock microseconds: ~1.8e15 today)."""
@@ -54,7 +69,8 @@ class Envelope:
     sender: str
     seq: int
     policy_version: int
-    payload: bytes
+    payload: bytes | memoryview
+    """bytes, or a read-only view of the received bytes (large envelopes, module docstring)."""
     signature: bytes = b""
     signing_digest: bytes = field(default=b"", repr=False, compare=False)
     """sha256 of the signing input, set by `seal` and `decode_envelope` (b"" on envelopes
@@ -174,10 +190,14 @@ def decode_envelope(
     before its signature is checked (saving the verification for peers already ignored;
     a forged claim of an ignored id is dropped either way, and nobody is blamed for it).
     """
-    obj = unpack(data, limits)
-    if not isinstance(obj, list) or len(obj) != 8:
-        raise WireError("malformed", "an envelope is an array of 8 fields")
-    version, kind, env_swarm, sender, seq, policy_version, payload, signature = obj
+    framed = _read_framed(data, limits) if len(data) >= _VIEW_AT_BYTES else None
+    if framed is not None:
+        version, kind, env_swarm, sender, seq, policy_version, payload, signature = framed
+    else:
+        obj = unpack(data, limits)
+        if not isinstance(obj, list) or len(obj) != 8:
+            raise WireError("malformed", "an envelope is an array of 8 fields")
+        version, kind, env_swarm, sender, seq, policy_version, payload, signature = obj
     if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**16:
         raise WireError("malformed", "version must be an int in [0, 65535]")
     if version != PROTOCOL_VERSION:
@@ -193,7 +213,7 @@ def decode_envelope(
     for name, value in (("seq", seq), ("policy_version", policy_version)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WIRE_INT:
             raise WireError("malformed", f"{name} must be an int in [0, 2**53 - 1]")
-    if not isinstance(payload, bytes) or not isinstance(signature, bytes):
+    if not isinstance(payload, (bytes, memoryview)) or not isinstance(signature, bytes):
         raise WireError("malformed", "payload and signature must be bytes")
     if len(signature) != 64:
         raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
@@ -210,3 +230,36 @@ def decode_envelope(
         # Checked after the signature so that the refusal can be blamed on its signer.
         raise WireError("wrong_swarm", f"{env_swarm[:64]!r} is not {swarm_id!r}", signer=sender)
     return envelope
+
+
+def _read_framed(data: bytes | bytearray | memoryview, limits: Limits) -> list[Any] | None:
+    """The 8 fields of an envelope framed as `_frame` writes it, the payload a view of
+    `data` (no copy); None when `data` is laid out otherwise or breaks a limit, for the
+    general decoder to judge (and refuse with its reason)."""
+    if len(data) > limits.max_message_bytes or data[0] != 0x98:
+        return None
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        max_str_len=limits.max_str_len,
+        max_bin_len=0,
+        max_array_len=0,
+        max_map_len=0,
+        max_ext_len=0,
+    )
+    unpacker.feed(bytes(data[1:_HEAD_BYTES]))
+    try:
+        fields = [unpacker.unpack() for _ in range(6)]
+    except (ValueError, TypeError, msgpack.UnpackException, msgpack.OutOfData):
+        return None  # not six scalars that fit the head: the general decoder says why
+    start = 1 + unpacker.tell()
+    marker = data[start] if start < len(data) else None
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(marker) if marker is not None else None
+    if width is None:
+        return None
+    size = int.from_bytes(data[start + 1 : start + 1 + width], "big")
+    begin = start + 1 + width
+    end = begin + size
+    if size > limits.max_bin_len or end + 66 != len(data) or data[end : end + 2] != b"\xc4\x40":
+        return None
+    view = memoryview(data).toreadonly()
+    return [*fields, view[begin:end], bytes(view[end + 2 :])]

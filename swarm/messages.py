@@ -29,6 +29,8 @@ MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 64 * 1024
 MAX_GROUP_SIZE = 256
 MAX_LOGPROB_TOKENS = 16 * 1024
+LARGE_BYTES = 1 << 16
+"""From this size on, `payload_parts` leaves tensors and chunk data unjoined."""
 """Most sampler logprobs one completion may carry (a sender with longer completions
 leaves the group's logprobs out)."""
 
@@ -288,6 +290,23 @@ class DeltaPacket:
             "meta": dict(self.meta),
         }
 
+    def payload_parts(self) -> tuple[bytes, bytes, bytes]:
+        """`encode_payload(self)` as (what precedes the tensors, the tensors, what
+        follows), so that the tensors are copied once, into the envelope's wire bytes
+        (packing them whole costs two copies and a buffer grown by doubling)."""
+        # A msgpack map of 5 is its header byte, then each key's and value's encoding in
+        # to_wire's order; "tensors" is the fourth.
+        head = b"\x85" + b"".join(
+            pack(key) + pack(value)
+            for key, value in (
+                ("model_family", self.model_family),
+                ("base_version", self.base_version),
+                ("encoding", self.encoding),
+            )
+        )
+        tail = pack("meta") + pack(dict(self.meta))
+        return head + pack("tensors") + bin_header(len(self.tensors)), self.tensors, tail
+
     @classmethod
     def from_wire(cls, obj: Any) -> DeltaPacket:
         m = _map(obj, ("model_family", "base_version", "encoding", "tensors", "meta"))
@@ -371,6 +390,17 @@ Payload = Hello | RolloutBatch | DeltaPacket | Chunk
 
 def encode_payload(message: Payload) -> bytes:
     return pack(message.to_wire())
+
+
+def payload_parts(message: Payload) -> tuple[bytes | memoryview, ...]:
+    """`encode_payload(message)` in pieces whose concatenation is exactly it: large
+    tensors and chunk data stay where they are (`swarm.envelope.seal_parts` copies them
+    once, into the wire bytes)."""
+    if isinstance(message, (DeltaPacket, Chunk)) and len(
+        message.tensors if isinstance(message, DeltaPacket) else message.data
+    ) >= LARGE_BYTES:
+        return message.payload_parts()
+    return (encode_payload(message),)
 
 
 def decode_payload(kind: str, data: bytes, limits: Limits) -> Payload:

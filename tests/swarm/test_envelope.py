@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+import swarm.envelope
 from swarm import PROTOCOL_VERSION
 from swarm.codec import Limits, bin_header, pack
 from swarm.envelope import Envelope, decode_envelope, seal, seal_parts
@@ -173,3 +174,58 @@ def test_large_envelopes_encode_as_msgpack_does(size: int) -> None:
         [envelope.version, envelope.kind, envelope.swarm_id, envelope.sender, envelope.seq,
          envelope.policy_version, envelope.payload, envelope.signature]
     )  # fmt: skip
+
+
+def _outcome(data: bytes, limits: Limits = LIMITS) -> tuple:
+    try:
+        envelope = decode_envelope(data, limits, SWARM)
+    except WireError as exc:
+        return ("refused", exc.reason)
+    return ("accepted", dataclasses.replace(envelope, payload=bytes(envelope.payload)))
+
+
+def _general(data: bytes, limits: Limits = LIMITS) -> tuple:
+    """The outcome with the zero-copy reading off (every envelope through msgpack)."""
+    original = swarm.envelope._VIEW_AT_BYTES
+    swarm.envelope._VIEW_AT_BYTES = 1 << 62
+    try:
+        return _outcome(data, limits)
+    finally:
+        swarm.envelope._VIEW_AT_BYTES = original
+
+
+@pytest.mark.parametrize("size", [20_000, 70_000, 300_000])
+def test_large_envelopes_are_read_without_copying_the_payload(size: int) -> None:
+    payload = encode_payload(Chunk(bytes(32), 0, 2, 2 * size, bytes(range(256)) * (size // 256)))
+    wire = sealed(kind="chunk", payload=payload).encode()
+    assert isinstance(decode_envelope(wire, LIMITS, SWARM).payload, memoryview)
+    fast, general = _outcome(wire), _general(wire)
+    assert fast == general and fast[0] == "accepted" and fast[1].payload == payload
+    parts_wire, digest = seal_parts(
+        IDENTITY, kind="chunk", swarm_id=SWARM, seq=9, policy_version=1,
+        payload_parts=(payload[:100], memoryview(payload)[100:]),
+    )  # fmt: skip
+    read = decode_envelope(parts_wire, LIMITS, SWARM)
+    assert isinstance(read.payload, memoryview) and read.signing_digest == digest
+
+
+def test_zero_copy_reading_accepts_and_refuses_exactly_as_msgpack_does() -> None:
+    """Byte flips in the head and around the payload, truncations and extensions of a
+    large envelope: the zero-copy reading and the general decoder agree on every one
+    (the same envelope, or the same reason)."""
+    import random
+
+    rng = random.Random(5)
+    payload = encode_payload(Chunk(bytes(32), 0, 2, 60_000, bytes(30_000)))
+    wire = sealed(kind="chunk", payload=payload).encode()
+    cases = [wire, wire + b"\0", wire[:-1], wire[:-65], b"\x99" + wire[1:]]
+    hot = [*range(0, 120), *range(len(wire) - 80, len(wire))]
+    for _ in range(400):
+        mutated = bytearray(wire)
+        for _ in range(rng.randint(1, 3)):
+            mutated[rng.choice(hot)] = rng.randrange(256)
+        cases.append(bytes(mutated))
+    small = Limits(max_bin_len=20_000)
+    for case in cases:
+        assert _outcome(case) == _general(case)
+    assert _outcome(wire, small) == _general(wire, small) == ("refused", "oversize")

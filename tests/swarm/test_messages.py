@@ -22,6 +22,7 @@ from swarm.messages import (
     TaskRef,
     decode_payload,
     encode_payload,
+    payload_parts,
 )
 
 LIMITS = Limits()
@@ -157,3 +158,20 @@ def test_int_reward_accepted_as_float() -> None:
 def test_group_constructor_checks_lengths() -> None:
     with pytest.raises(WireError):
         group(rewards=(1.0,))
+
+
+@pytest.mark.parametrize("size", [0, 255, 256, 65_535, 65_536, 300_000])
+@pytest.mark.parametrize("meta", [{}, {"scale": "0.5", "k": "12"}])
+def test_payload_parts_join_to_the_encoding(size: int, meta: dict[str, str]) -> None:
+    """The pieces `payload_parts` leaves unjoined (large tensors, chunk data) concatenate
+    to exactly `encode_payload`'s bytes."""
+    tensors = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    delta = DeltaPacket("fam-é", 2**40, "topk-fp16", tensors, meta)
+    parts = payload_parts(delta)
+    assert b"".join(parts) == encode_payload(delta)
+    assert (len(parts) == 3) == (size >= 65_536)
+    if size:
+        chunk = Chunk(bytes(32), 1, 3, 3 * size, memoryview(tensors))
+        assert b"".join(payload_parts(chunk)) == pack(
+            {**chunk.to_wire(), "data": tensors}
+        )

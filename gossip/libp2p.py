@@ -111,6 +111,7 @@ from gossip.libp2p_patches import (
     Refusals,
     SwarmGossipSub,
     SwarmPubsub,
+    cache_sender_records,
     disable_auto_connector,
     quiet_dial_failures,
     refused_rpcs,
@@ -410,6 +411,7 @@ class Libp2pTransport:
             raise RuntimeError("libp2p host id differs from the node identity")
         disable_auto_connector(host.get_network())  # before host.run starts it
         quiet_dial_failures()
+        cache_sender_records()
         self._exchange.install(host)
         degree = self.config.degree
         gossipsub = SwarmGossipSub(

@@ -319,3 +319,40 @@ def test_receive_queue_is_bounded_in_bytes_and_fair_between_origins() -> None:
                 await transport.stop()
 
     asyncio.run(main())
+
+
+def test_sender_records_are_reused_per_host_for_their_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pubsub asks for our signed peer record once per RPC; the patch builds it once per
+    host and `SENDER_RECORD_TTL_S`, and replaces the library's function everywhere."""
+    import weakref
+
+    import libp2p.pubsub.gossipsub as gossipsub_module
+    import libp2p.pubsub.pubsub as pubsub_module
+
+    from gossip import libp2p_patches as mod
+
+    mod.cache_sender_records()
+    mod.cache_sender_records()  # idempotent
+    assert pubsub_module.env_to_send_in_RPC is mod._cached_sender_record
+    assert gossipsub_module.env_to_send_in_RPC is mod._cached_sender_record
+    built: list[object] = []
+
+    def build(host: object) -> tuple[bytes, bool]:
+        built.append(host)
+        return b"record-%d" % len(built), True
+
+    now = [100.0]
+    monkeypatch.setattr(mod, "_uncached_sender_record", build)
+    monkeypatch.setattr(mod, "_clock", lambda: now[0])
+    monkeypatch.setattr(mod, "_sender_records", weakref.WeakKeyDictionary())
+
+    class Host:
+        pass
+
+    a, b = Host(), Host()
+    assert mod._cached_sender_record(a) == (b"record-1", True)
+    assert mod._cached_sender_record(a) == (b"record-1", False)  # reused
+    assert mod._cached_sender_record(b) == (b"record-2", True)  # each host its own
+    now[0] += mod.SENDER_RECORD_TTL_S
+    assert mod._cached_sender_record(a) == (b"record-3", True)  # rebuilt after the TTL
+    assert built == [a, b, a]

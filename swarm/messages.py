@@ -29,10 +29,10 @@ MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 64 * 1024
 MAX_GROUP_SIZE = 256
 MAX_LOGPROB_TOKENS = 16 * 1024
-LARGE_BYTES = 1 << 16
-"""From this size on, `payload_parts` leaves tensors and chunk data unjoined."""
 """Most sampler logprobs one completion may carry (a sender with longer completions
 leaves the group's logprobs out)."""
+LARGE_BYTES = 1 << 16
+"""From this size on, `payload_parts` leaves tensors and chunk data unjoined."""
 
 
 def _fail(msg: str) -> WireError:

@@ -10,8 +10,8 @@
 - memory: two `MemoryTransport`s in this process.
 
 `--mqtt-delay-ms D` puts a link with a round trip of 2 x D ms between every MQTT client
-(ours and the bare ones) and the broker (`tests/gossip/tcp_proxy.DelayProxy`): a broker
-across the internet rather than on this machine.
+(ours and the bare ones) and the broker (`tests/gossip/tcp_proxy.py`, in a process of its
+own): a broker across the internet rather than on this machine.
 
 Every message goes through the gossip layer (signed envelope, verification,
 deduplication; payloads over the transport's message size are chunked and reassembled),
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +43,6 @@ from swarm.identity import Identity  # noqa: E402
 from swarm.messages import DeltaPacket  # noqa: E402
 from swarm.transport import deltas_topic  # noqa: E402
 from tests.gossip.conftest import Broker, PeerProcess, mosquitto_path  # noqa: E402
-from tests.gossip.tcp_proxy import DelayProxy  # noqa: E402
 
 KB = 1000
 SIZES: list[tuple[str, int, int, int]] = [
@@ -179,7 +179,7 @@ def main() -> None:
                 continue
             extra: list[str] = []
             broker: Broker | None = None
-            proxy: DelayProxy | None = None
+            proxy: subprocess.Popen[str] | None = None
             host, port = "", 0
             if transport == "mqtt":
                 binary = mosquitto_path()
@@ -190,9 +190,13 @@ def main() -> None:
                 broker.start()
                 host, port = broker.host, broker.port
                 if args.mqtt_delay_ms > 0:
-                    proxy = DelayProxy(broker.host, broker.port, args.mqtt_delay_ms)
-                    proxy.start()
-                    host, port = proxy.host, proxy.port
+                    proxy = subprocess.Popen(
+                        [sys.executable, "-m", "tests.gossip.tcp_proxy", broker.host,
+                         str(broker.port), str(args.mqtt_delay_ms)],
+                        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    )  # fmt: skip
+                    assert proxy.stdout is not None
+                    host, port = "127.0.0.1", int(proxy.stdout.readline())
                     print(f"  note: MQTT clients reach the broker over a "
                           f"{2 * args.mqtt_delay_ms:g} ms round trip")  # fmt: skip
                 extra = ["--mqtt-host", host, "--mqtt-port", str(port)]
@@ -222,7 +226,7 @@ def main() -> None:
                 for peer in peers:
                     peer.stop()
                 if proxy is not None:
-                    proxy.stop()
+                    proxy.communicate(timeout=10)  # stdin closed: the proxy exits
                 if broker is not None:
                     broker.stop()
         if "memory" in wanted:

@@ -5,7 +5,8 @@ every connection to the target, holding each byte `delay_ms` in each direction (
 link with a round trip of 2 x `delay_ms`; order kept, no bandwidth limit). The
 target-to-client direction can be held back with `pause_downstream` (nothing reaches
 the clients, e.g. no broker acknowledgement) until `resume_downstream`; `drop_all`
-closes every relayed connection at once (a network cut).
+closes every relayed connection at once (a network cut). Run as a module it is a proxy
+in its own process (`main`).
 
 Invariants:
 - Bytes are relayed in order per direction and per connection, each no earlier than
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -138,3 +140,16 @@ class DelayProxy:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
                 await sender
+
+
+def main(argv: list[str]) -> None:
+    """`python -m tests.gossip.tcp_proxy HOST PORT DELAY_MS`: print the listening port,
+    relay until stdin closes (a proxy in its own process shares no GIL with a client)."""
+    host, port, delay_ms = argv[0], int(argv[1]), float(argv[2])
+    with DelayProxy(host, port, delay_ms) as proxy:
+        print(proxy.port, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

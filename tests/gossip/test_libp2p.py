@@ -292,6 +292,7 @@ def test_receive_queue_is_bounded_in_bytes_and_fair_between_origins() -> None:
                     await asyncio.sleep(0.05)
             for i in range(40):  # 4 MB at a reader that does not read
                 await flooder.publish(topic, bytes([i]) * 100_000)
+            deadline = time.monotonic() + DELIVERY_TIMEOUT_S  # each wait its own
             while reader.received + reader.dropped_incoming < 40:
                 assert time.monotonic() < deadline, reader.stats()
                 await asyncio.sleep(0.05)
@@ -300,6 +301,7 @@ def test_receive_queue_is_bounded_in_bytes_and_fair_between_origins() -> None:
             assert 10 * 100_000 <= stats["queued_bytes"] <= 1 << 20
             for i in range(3):
                 await honest.publish(topic, bytes([200 + i]) * 50_000)
+            deadline = time.monotonic() + DELIVERY_TIMEOUT_S
             while reader.received < 13:
                 assert time.monotonic() < deadline, reader.stats()
                 await asyncio.sleep(0.05)

@@ -53,6 +53,8 @@ _FRAME_AT_BYTES = 1 << 16
 _VIEW_AT_BYTES = 1 << 14
 """Envelopes from this size on are read without copying their payload (when framed as
 `_frame` writes them); below it a copy costs less than looking for the framing."""
+_BIN_LENGTH_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+"""msgpack bin8/bin16/bin32 header byte -> bytes of its length field."""
 _HEAD_BYTES = 1024
 """Enough for the six fields before the payload at their largest (kind 32 bytes,
 swarm id 128 characters of up to 4 UTF-8 bytes, sender 128 bytes, three ints)."""
@@ -252,8 +254,7 @@ def _read_framed(data: bytes | bytearray | memoryview, limits: Limits) -> list[A
     except (ValueError, TypeError, msgpack.UnpackException, msgpack.OutOfData):
         return None  # not six scalars that fit the head: the general decoder says why
     start = 1 + unpacker.tell()
-    marker = data[start] if start < len(data) else None
-    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(marker) if marker is not None else None
+    width = _BIN_LENGTH_BYTES.get(data[start]) if start < len(data) else None
     if width is None:
         return None
     size = int.from_bytes(data[start + 1 : start + 1 + width], "big")

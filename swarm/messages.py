@@ -32,7 +32,7 @@ MAX_LOGPROB_TOKENS = 16 * 1024
 """Most sampler logprobs one completion may carry (a sender with longer completions
 leaves the group's logprobs out)."""
 LARGE_BYTES = 1 << 16
-"""From this size on, `payload_parts` leaves tensors and chunk data unjoined."""
+"""From this size on, `payload_parts` leaves a delta's tensors unjoined."""
 
 
 def _fail(msg: str) -> WireError:
@@ -49,6 +49,21 @@ def _map(obj: Any, keys: tuple[str, ...], required: tuple[str, ...] | None = Non
     if missing:
         raise _fail(f"missing fields {sorted(missing)}")
     return obj
+
+
+def _map_around_bytes(
+    fields: dict[str, Any], key: str, data: bytes | memoryview
+) -> tuple[bytes, bytes | memoryview, bytes]:
+    """`pack(fields)` (with `fields[key]` being `data`) as (what precedes `data`, `data`,
+    what follows), byte for byte: a msgpack map is its header, then each key's and
+    value's encoding in the dict's order, so only `data` needs no packing."""
+    if len(fields) > 15:
+        raise ValueError("only small (fixmap) payloads are framed in parts")
+    items = list(fields.items())
+    at = list(fields).index(key)
+    head = bytes([0x80 | len(items)]) + b"".join(pack(k) + pack(v) for k, v in items[:at])
+    tail = b"".join(pack(k) + pack(v) for k, v in items[at + 1 :])
+    return head + pack(key) + bin_header(len(data)), data, tail
 
 
 def _int(value: Any, name: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
@@ -294,18 +309,7 @@ class DeltaPacket:
         """`encode_payload(self)` as (what precedes the tensors, the tensors, what
         follows), so that the tensors are copied once, into the envelope's wire bytes
         (packing them whole costs two copies and a buffer grown by doubling)."""
-        # A msgpack map of 5 is its header byte, then each key's and value's encoding in
-        # to_wire's order; "tensors" is the fourth.
-        head = b"\x85" + b"".join(
-            pack(key) + pack(value)
-            for key, value in (
-                ("model_family", self.model_family),
-                ("base_version", self.base_version),
-                ("encoding", self.encoding),
-            )
-        )
-        tail = pack("meta") + pack(dict(self.meta))
-        return head + pack("tensors") + bin_header(len(self.tensors)), self.tensors, tail
+        return _map_around_bytes(self.to_wire(), "tensors", self.tensors)
 
     @classmethod
     def from_wire(cls, obj: Any) -> DeltaPacket:
@@ -355,12 +359,8 @@ class Chunk:
     def payload_parts(self) -> tuple[bytes, bytes | memoryview]:
         """`encode_payload(self)` as (everything before the data, the data itself), so
         that the data can be framed without a copy (`swarm.envelope.seal_parts`)."""
-        # A msgpack map of 5 is its header byte, then each key's and value's encoding in
-        # to_wire's order, "data" last: the head and the data join to pack(self.to_wire()).
-        fields = self.to_wire()
-        del fields["data"]
-        head = b"\x85" + b"".join(pack(k) + pack(v) for k, v in fields.items())
-        return head + pack("data") + bin_header(len(self.data)), self.data
+        head, data, _ = _map_around_bytes(self.to_wire(), "data", self.data)  # data is last
+        return head, data
 
     @classmethod
     def from_wire(cls, obj: Any) -> Chunk:
@@ -393,12 +393,10 @@ def encode_payload(message: Payload) -> bytes:
 
 
 def payload_parts(message: Payload) -> tuple[bytes | memoryview, ...]:
-    """`encode_payload(message)` in pieces whose concatenation is exactly it: large
-    tensors and chunk data stay where they are (`swarm.envelope.seal_parts` copies them
-    once, into the wire bytes)."""
-    if isinstance(message, (DeltaPacket, Chunk)) and len(
-        message.tensors if isinstance(message, DeltaPacket) else message.data
-    ) >= LARGE_BYTES:
+    """`encode_payload(message)` in pieces whose concatenation is exactly it: a large
+    delta's tensors stay where they are (`swarm.envelope.seal_parts` copies them once,
+    into the wire bytes)."""
+    if isinstance(message, DeltaPacket) and len(message.tensors) >= LARGE_BYTES:
         return message.payload_parts()
     return (encode_payload(message),)
 

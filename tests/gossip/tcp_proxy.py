@@ -21,7 +21,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 
@@ -97,11 +97,11 @@ class DelayProxy:
             client_w.close()
             return
         self._writers.update((client_w, target_w))
-        always_open = asyncio.Event()
-        always_open.set()
+        upstream_open = asyncio.Event()
+        upstream_open.set()  # only the target-to-client direction is ever held back
         pumps = [
-            asyncio.create_task(self._pump(client_r, target_w, lambda: always_open)),
-            asyncio.create_task(self._pump(target_r, client_w, self._event)),
+            asyncio.create_task(self._pump(client_r, target_w, upstream_open)),
+            asyncio.create_task(self._pump(target_r, client_w, self._event())),
         ]
         await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         for task in pumps:
@@ -114,7 +114,7 @@ class DelayProxy:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        gate: Callable[[], asyncio.Event],
+        gate: asyncio.Event,
     ) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
@@ -124,7 +124,7 @@ class DelayProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                await gate().wait()
+                await gate.wait()
                 writer.write(data)
                 await writer.drain()
 

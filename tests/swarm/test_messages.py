@@ -163,8 +163,8 @@ def test_group_constructor_checks_lengths() -> None:
 @pytest.mark.parametrize("size", [0, 255, 256, 65_535, 65_536, 300_000])
 @pytest.mark.parametrize("meta", [{}, {"scale": "0.5", "k": "12"}])
 def test_payload_parts_join_to_the_encoding(size: int, meta: dict[str, str]) -> None:
-    """The pieces `payload_parts` leaves unjoined (large tensors, chunk data) concatenate
-    to exactly `encode_payload`'s bytes."""
+    """The pieces a delta's or a chunk's payload is framed from (large tensors, chunk
+    data left unjoined) concatenate to exactly `encode_payload`'s bytes."""
     tensors = bytes(range(256)) * (size // 256) + bytes(size % 256)
     delta = DeltaPacket("fam-é", 2**40, "topk-fp16", tensors, meta)
     parts = payload_parts(delta)
@@ -172,6 +172,4 @@ def test_payload_parts_join_to_the_encoding(size: int, meta: dict[str, str]) -> 
     assert (len(parts) == 3) == (size >= 65_536)
     if size:
         chunk = Chunk(bytes(32), 1, 3, 3 * size, memoryview(tensors))
-        assert b"".join(payload_parts(chunk)) == pack(
-            {**chunk.to_wire(), "data": tensors}
-        )
+        assert b"".join(chunk.payload_parts()) == pack({**chunk.to_wire(), "data": tensors})

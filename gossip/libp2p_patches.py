@@ -24,7 +24,7 @@ What the library does and what replaces it:
 - Re-dials: the swarm's `AutoConnector` re-dials every peer in the peerstore forever
   (cooldown capped at 5 min), each dial 4 attempts, each failed attempt an ERROR line
   (`Failed to open TCP stream`). `disable_auto_connector` and `quiet_dial_failures`
-  turn both off; `gossip.libp2p_dialer` re-dials with its own bounded policy and counts.
+  turn both off (the latter also the ERROR for a failed stream negotiation); `gossip.libp2p_dialer` re-dials with its own bounded policy and counts.
 - Sender records: every pubsub RPC we send carries our signed peer record, and the
   library rebuilds our address list (multiaddr parsing, a `getsockname` per listener)
   and re-serializes the record for each RPC to see whether it changed: about a seventh
@@ -476,16 +476,27 @@ class _NoAutoConnector(AutoConnector):
 
 class _DialFailureFilter(logging.Filter):
     """Drops the library's per-attempt ERROR lines for failed dials; the transport counts
-    dial failures and logs one line per peer it gives up on instead."""
+    dial failures and logs one line per peer it gives up on instead. Also drops its
+    seven-line ERROR for a stream whose protocol negotiation failed (a peer that exits
+    or resets mid-request): every caller here counts that failure (peer exchange's
+    `stream_error`) or retries it (pubsub)."""
 
-    _PREFIXES = ("Failed to open TCP stream", "failed to upgrade security for peer")
+    _PREFIXES = (
+        "Failed to open TCP stream",
+        "failed to upgrade security for peer",
+        "Failed to open stream to peer",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (isinstance(record.msg, str) and record.msg.startswith(self._PREFIXES))
 
 
 _DIAL_FAILURE_FILTER = _DialFailureFilter()
-_DIAL_FAILURE_LOGGERS = ("libp2p.transport.tcp.tcp", "libp2p.network.swarm")
+_DIAL_FAILURE_LOGGERS = (
+    "libp2p.transport.tcp.tcp",
+    "libp2p.network.swarm",
+    "libp2p.host.basic_host",
+)
 
 
 def disable_auto_connector(network: Any) -> None:

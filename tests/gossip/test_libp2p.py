@@ -9,6 +9,7 @@ GossipSub message carries at most ~1 MiB).
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from typing import Any
@@ -358,3 +359,19 @@ def test_sender_records_are_reused_per_host_for_their_ttl(monkeypatch: pytest.Mo
     now[0] += mod.SENDER_RECORD_TTL_S
     assert mod._cached_sender_record(a) == (b"record-3", True)  # rebuilt after the TTL
     assert built == [a, b, a]
+
+
+def test_library_error_lines_we_count_are_quieted_and_others_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from gossip.libp2p_patches import quiet_dial_failures
+
+    quiet_dial_failures()
+    quiet_dial_failures()  # idempotent
+    host_log = logging.getLogger("libp2p.host.basic_host")
+    with caplog.at_level(logging.ERROR):
+        host_log.error("Failed to open stream to peer %s:\n  Error: %s", "12D3Koo", "reset")
+        logging.getLogger("libp2p.transport.tcp.tcp").error("Failed to open TCP stream: x")
+        host_log.error("something else broke")
+    assert [r.getMessage() for r in caplog.records] == ["something else broke"]
+    assert sum(type(f).__name__ == "_DialFailureFilter" for f in host_log.filters) == 1

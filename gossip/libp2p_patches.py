@@ -24,7 +24,8 @@ What the library does and what replaces it:
 - Re-dials: the swarm's `AutoConnector` re-dials every peer in the peerstore forever
   (cooldown capped at 5 min), each dial 4 attempts, each failed attempt an ERROR line
   (`Failed to open TCP stream`). `disable_auto_connector` and `quiet_dial_failures`
-  turn both off (the latter also the ERROR for a failed stream negotiation); `gossip.libp2p_dialer` re-dials with its own bounded policy and counts.
+  turn both off (the latter also the ERROR for a failed stream negotiation);
+  `gossip.libp2p_dialer` re-dials with its own bounded policy and counts.
 - Sender records: every pubsub RPC we send carries our signed peer record, and the
   library rebuilds our address list (multiaddr parsing, a `getsockname` per listener)
   and re-serializes the record for each RPC to see whether it changed: about a seventh

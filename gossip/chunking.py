@@ -3,10 +3,10 @@
 A message too large for the transport travels as `count` chunks; each names
 `inner_digest` (the signing digest of the inner envelope, which names the set), its
 `index`, the `count` and the `total_size`. The gossip layer seals each chunk as its own
-signed envelope (the signature covers the chunk's data) and checks the reassembled
-envelope against `inner_digest`; this module only sees authenticated chunks and knows
-nothing of envelopes or transports. It hashes nothing: every byte is hashed once on
-arrival (the chunk's signature) and once more when the inner envelope is verified.
+signed envelope (the signature covers the chunk's data) and takes the reassembled
+envelope's digest from the chunks' `inner_digest` (their signer's word); this module only
+sees authenticated chunks and knows nothing of envelopes or transports. It hashes
+nothing: every byte is hashed once on arrival, by the chunk's signature check.
 
 Invariants:
 - Partial sets are keyed by `(sender, inner_digest)`, so one sender cannot add pieces to

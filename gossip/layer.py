@@ -23,12 +23,14 @@ its reason in `counters.dropped`):
    its `inner_digest` names was already accepted, then the `Reassembler`'s checks
    (`oversize`, `bad_chunk`, `reassembly_full`; a sender's older partial sets making
    room for its newer one count as `reassembly_evicted`). Once complete, the inner
-   envelope is decoded with `config.max_envelope_bytes` limits (its signature verified),
-   must be the one the chunks named (its signing digest is their `inner_digest`:
-   `bad_chunk_hash` otherwise), signed by the chunks' sender (`sender_mismatch`), not
-   itself a chunk (`nested_chunk`), and goes through the duplicate check of step 4
-   again. A large message's bytes are hashed twice on arrival (its chunks' signatures,
-   its inner signature) and twice when sent.
+   envelope is decoded with `config.max_envelope_bytes` limits, must come from the
+   chunks' signer (`sender_mismatch`), must not itself be a chunk (`nested_chunk`), and
+   goes through the duplicate check of step 4 again. Its own signature is not verified:
+   the chunks' signatures already cover every byte of it, from the same signer, so its
+   digest is the `inner_digest` the chunks name (that signer's word, and duplicates are
+   keyed per sender, so naming another signer's digest marks nothing of theirs). A large
+   message's bytes are hashed once on arrival (its chunks' signatures) and twice when
+   sent (its own signature, its chunks').
 7. The payload is decoded by kind (`bad_payload`, `malformed`, `oversize`), and on a
    topic of this swarm (`swarm.transport` names) its kind must be the topic's kind, a
    delta's family the topic's family (`wrong_topic`).
@@ -78,7 +80,7 @@ from gossip.seen import SeenCache
 from swarm.clock import Clock
 from swarm.codec import Limits
 from swarm.config.network import GossipConfig
-from swarm.envelope import Envelope, decode_envelope, seal_parts
+from swarm.envelope import Envelope, decode_envelope, decode_vouched_envelope, seal_parts
 from swarm.errors import WireError
 from swarm.identity import Identity
 from swarm.messages import (
@@ -389,7 +391,7 @@ class Gossip:
         chunk = decode_payload(Chunk.KIND, envelope.payload, self._wire_payload_limits)
         if not isinstance(chunk, Chunk):
             raise WireError("malformed", "chunk payload did not decode to a chunk")
-        if self._seen.has_hash(chunk.inner_digest):
+        if self._seen.has_hash(envelope.sender, chunk.inner_digest):
             raise WireError("duplicate", "the envelope these chunks carry was accepted")
         evicted = self._reassembly.evicted
         try:
@@ -400,11 +402,12 @@ class Gossip:
         self.counters.received[Chunk.KIND] += 1
         if whole is None:
             return None
-        inner = decode_envelope(whole, self._inner_limits, self.swarm_id)
-        if inner.signing_digest != chunk.inner_digest:
-            raise WireError("bad_chunk_hash", "the chunks do not reassemble the envelope they name")
-        if inner.sender != envelope.sender:
-            raise WireError("sender_mismatch", "chunks and inner envelope have other signers")
+        # Every byte of `whole` is covered by its signer's chunk signatures: its own
+        # signature would authenticate the same signer's bytes a second time (a pass of
+        # SHA-256 over the payload), so its digest is taken from the chunks' word.
+        inner = decode_vouched_envelope(
+            whole, self._inner_limits, self.swarm_id, envelope.sender, chunk.inner_digest
+        )
         if inner.kind == Chunk.KIND:
             raise WireError("nested_chunk", "a chunk set may not carry another chunk")
         # No floor here: see gossip.seen (this seq precedes its chunks' own seqs).

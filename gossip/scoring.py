@@ -40,7 +40,6 @@ WEIGHTS: dict[str, float] = {
     "bad_signature": 10.0,
     "bad_sender": 10.0,
     "sender_mismatch": 10.0,
-    "bad_chunk_hash": 10.0,
     "nested_chunk": 10.0,
     "bad_chunk": 5.0,
     "oversize": 5.0,

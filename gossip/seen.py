@@ -1,9 +1,11 @@
 """The seen-message cache: refuses duplicates and replays of authenticated envelopes.
 
-An envelope is identified twice: by `(sender, seq)` and by a digest of its content (the
-sha256 of its signing input, `Envelope.signing_digest`, so the same signed content is one
-message however it was encoded; for a chunked message, the content hash every chunk
-names). Either identity already seen makes it a duplicate.
+An envelope is identified twice: by `(sender, seq)` and by `(sender, digest)`, the digest
+of its content (the sha256 of its signing input, `Envelope.signing_digest`, so the same
+signed content is one message however it was encoded; for a chunked message, the
+content hash every chunk names). Either identity already seen makes it a duplicate.
+Digests are kept per sender because a chunked message's digest is its signer's word,
+not recomputed (`gossip.layer`): a signer naming another's digest marks only its own.
 
 Invariants:
 - Memory is bounded: at most `capacity` (sender, seq) pairs, `capacity` content hashes
@@ -26,7 +28,7 @@ from collections import OrderedDict
 
 
 class SeenCache:
-    """Bounded memory of accepted envelopes by (sender, seq) and by content hash."""
+    """Bounded memory of accepted envelopes by (sender, seq) and (sender, content hash)."""
 
     def __init__(self, capacity: int, max_senders: int = 4096) -> None:
         if capacity < 1 or max_senders < 1:
@@ -34,7 +36,7 @@ class SeenCache:
         self.capacity = capacity
         self.max_senders = max_senders
         self._pairs: OrderedDict[tuple[str, int], None] = OrderedDict()
-        self._hashes: OrderedDict[bytes, None] = OrderedDict()
+        self._hashes: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._floors: OrderedDict[str, int] = OrderedDict()
 
     def __len__(self) -> int:
@@ -48,21 +50,18 @@ class SeenCache:
         """Seen (sender, seq)? With `use_floor=False`, only pairs still remembered count."""
         return (sender, seq) in self._pairs or (use_floor and seq <= self.floor(sender))
 
-    def has_hash(self, content_hash: bytes) -> bool:
-        return content_hash in self._hashes
+    def has_hash(self, sender: str, content_hash: bytes) -> bool:
+        return (sender, content_hash) in self._hashes
 
     def contains(self, sender: str, seq: int, content_hash: bytes) -> bool:
-        return self.has_pair(sender, seq) or self.has_hash(content_hash)
+        return self.has_pair(sender, seq) or self.has_hash(sender, content_hash)
 
     def add(self, sender: str, seq: int, content_hash: bytes) -> None:
         self._pairs[(sender, seq)] = None
         while len(self._pairs) > self.capacity:
             (old_sender, old_seq), _ = self._pairs.popitem(last=False)
             self.raise_floor(old_sender, old_seq)
-        self.add_hash(content_hash)
-
-    def add_hash(self, content_hash: bytes) -> None:
-        self._hashes[content_hash] = None
+        self._hashes[(sender, content_hash)] = None
         while len(self._hashes) > self.capacity:
             self._hashes.popitem(last=False)
 

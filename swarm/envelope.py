@@ -18,7 +18,9 @@ Invariants:
 - `decode_envelope` checks, in this order, size, structure, version, kind, swarm id and
   signature, and raises `WireError` with one reason per check; a returned envelope is
   authentic (the sender really signed it) but not yet fresh (replay and staleness checks
-  belong to gossip and `swarm.staleness`).
+  belong to gossip and `swarm.staleness`). `decode_vouched_envelope` makes the same
+  checks but the signature's (the bytes' signer vouched for them by other signatures:
+  a chunk set's) and takes its `signing_digest` from that signer's word.
 - The payload stays bytes here; it is decoded by kind with its own limits. An envelope
   of at least `_VIEW_AT_BYTES` in the framing every sender here writes (`_frame`: the
   array header, six scalars, the payload as one msgpack bin, the 64-byte signature,
@@ -192,6 +194,35 @@ def decode_envelope(
     before its signature is checked (saving the verification for peers already ignored;
     a forged claim of an ignored id is dropped either way, and nobody is blamed for it).
     """
+    fields, signature = _checked_fields(data, limits)
+    sender = fields[3]
+    if refuse_sender is not None and refuse_sender(sender):
+        raise WireError("ignored_peer", sender[:64])
+    signed = _signing_input(*fields[:6], hashlib.sha256(fields[6]).digest())
+    verify(sender, signed, signature)
+    return _for_swarm(Envelope(*fields, signature, hashlib.sha256(signed).digest()), swarm_id)
+
+
+def decode_vouched_envelope(
+    data: bytes | memoryview, limits: Limits, swarm_id: str, signer: str, vouched_digest: bytes
+) -> Envelope:
+    """Decode an envelope whose bytes `signer` already vouched for under `vouched_digest`
+    (a chunk set's `inner_digest`, every chunk's signature checked), or raise WireError.
+    Its own signature is not verified and its payload not hashed again: it must be
+    `signer`'s own (`sender_mismatch`, checked before anything is blamed on its sender),
+    and its `signing_digest` is `vouched_digest`, the signer's word (key anything by it
+    per sender only: another signer could name the same digest)."""
+    fields, signature = _checked_fields(data, limits)
+    if fields[3] != signer:
+        raise WireError("sender_mismatch", "chunks and inner envelope have other signers")
+    return _for_swarm(Envelope(*fields, signature, vouched_digest), swarm_id)
+
+
+def _checked_fields(
+    data: bytes | memoryview, limits: Limits
+) -> tuple[tuple[int, str, str, str, int, int, bytes | memoryview], bytes]:
+    """The envelope's fields but the signature, each within the wire's types and ranges,
+    and its 64-byte signature (unverified), or WireError."""
     framed = _read_framed(data, limits) if len(data) >= _VIEW_AT_BYTES else None
     if framed is not None:
         version, kind, env_swarm, sender, seq, policy_version, payload, signature = framed
@@ -219,18 +250,15 @@ def decode_envelope(
         raise WireError("malformed", "payload and signature must be bytes")
     if len(signature) != 64:
         raise WireError("bad_signature", "an Ed25519 signature is 64 bytes")
-    if refuse_sender is not None and refuse_sender(sender):
-        raise WireError("ignored_peer", sender[:64])
-    unverified = Envelope(version, kind, env_swarm, sender, seq, policy_version, payload)
-    signed = unverified.signed_bytes()
-    verify(sender, signed, signature)
-    envelope = Envelope(
-        version, kind, env_swarm, sender, seq, policy_version, payload, signature,
-        hashlib.sha256(signed).digest(),
-    )  # fmt: skip
-    if env_swarm != swarm_id:
+    return (version, kind, env_swarm, sender, seq, policy_version, payload), signature
+
+
+def _for_swarm(envelope: Envelope, swarm_id: str) -> Envelope:
+    if envelope.swarm_id != swarm_id:
         # Checked after the signature so that the refusal can be blamed on its signer.
-        raise WireError("wrong_swarm", f"{env_swarm[:64]!r} is not {swarm_id!r}", signer=sender)
+        raise WireError(
+            "wrong_swarm", f"{envelope.swarm_id[:64]!r} is not {swarm_id!r}", signer=envelope.sender
+        )
     return envelope
 
 

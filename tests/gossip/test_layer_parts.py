@@ -39,7 +39,7 @@ def test_seen_by_pair_or_hash() -> None:
     seen.add("a", 1, h(1))
     assert seen.contains("a", 1, h(99))  # same (sender, seq), other bytes
     assert seen.contains("a", 2, h(1))  # same bytes, other seq
-    assert seen.contains("b", 7, h(1))
+    assert not seen.contains("b", 7, h(1))  # digests are per sender too
     assert not seen.contains("b", 1, h(2))  # seqs are per sender
     assert not seen.contains("a", 2, h(2))
 
@@ -53,8 +53,9 @@ def test_seen_is_bounded_and_forgotten_pairs_stay_refused() -> None:
     for seq in range(10):
         assert seen.has_pair("a", seq)  # 0..5 by floor, 6..9 remembered
     assert not seen.has_pair("a", 10)
-    assert not seen.has_hash(h(0))  # hashes are forgotten...
-    assert seen.has_hash(h(9))
+    assert not seen.has_hash("a", h(0))  # hashes are forgotten...
+    assert seen.has_hash("a", h(9))
+    assert not seen.has_hash("b", h(9))  # ...and kept per sender
 
 
 def test_seen_floor_can_be_skipped() -> None:

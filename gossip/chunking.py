@@ -75,7 +75,7 @@ class _Partial:
     count: int
     total_size: int
     started: float
-    parts: dict[int, bytes] = field(default_factory=dict)
+    parts: dict[int, bytes | memoryview] = field(default_factory=dict)
     size: int = 0
 
 

@@ -40,6 +40,42 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+BIN_LENGTH_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+"""msgpack bin8/bin16/bin32 header byte -> bytes of its length field."""
+_SCALAR_HEAD_BYTES = 1024
+"""How far `scalars_then_bin` looks for its scalars (every head here is far shorter)."""
+
+
+def scalars_then_bin(
+    data: bytes | bytearray | memoryview, count: int, *, max_str_len: int, max_bin_len: int
+) -> tuple[list[Any], int, int] | None:
+    """Read `count` msgpack scalars from `data[1:]` (after a one-byte container header the
+    caller checked) and the bin header right after them: (the scalars, where the bin's
+    content begins, its length), without touching that content. None if the head is not
+    `count` scalars within the limits (strings up to `max_str_len`, bins up to
+    `max_bin_len`, no containers or exts) followed by a bin header: for a caller's
+    general decoder to judge. The bin's length is not checked against `data`."""
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        max_str_len=max_str_len,
+        max_bin_len=max_bin_len,
+        max_array_len=0,
+        max_map_len=0,
+        max_ext_len=0,
+    )
+    unpacker.feed(bytes(data[1:_SCALAR_HEAD_BYTES]))
+    try:
+        scalars = [unpacker.unpack() for _ in range(count)]
+    except (ValueError, TypeError, msgpack.UnpackException, msgpack.OutOfData):
+        return None
+    start = 1 + unpacker.tell()
+    width = BIN_LENGTH_BYTES.get(data[start]) if start < len(data) else None
+    if width is None:
+        return None
+    begin = start + 1 + width
+    return scalars, begin, int.from_bytes(data[start + 1 : begin], "big")
+
+
 def bin_header(length: int) -> bytes:
     """The msgpack header of a bin of `length` bytes, in the smallest form, as `pack`
     writes it: `bin_header(len(b)) + b == pack(b)` (lets a caller frame large bytes it

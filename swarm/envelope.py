@@ -38,10 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from swarm import PROTOCOL_VERSION
-from swarm.codec import Limits, bin_header, pack, unpack
+from swarm.codec import Limits, bin_header, pack, scalars_then_bin, unpack
 from swarm.errors import WireError
 from swarm.identity import Identity, verify
 from swarm.messages import PAYLOAD_TYPES
@@ -55,9 +53,6 @@ _FRAME_AT_BYTES = 1 << 16
 _VIEW_AT_BYTES = 1 << 14
 """Envelopes from this size on are read without copying their payload (when framed as
 `_frame` writes them); below it a copy costs less than looking for the framing."""
-_BIN_LENGTH_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
-"""msgpack bin8/bin16/bin32 header byte -> bytes of its length field."""
-_HEAD_BYTES = 1024
 """Enough for the six fields before the payload at their largest (kind 32 bytes,
 swarm id 128 characters of up to 4 UTF-8 bytes, sender 128 bytes, three ints)."""
 MAX_WIRE_INT = 2**53 - 1
@@ -268,25 +263,10 @@ def _read_framed(data: bytes | bytearray | memoryview, limits: Limits) -> list[A
     general decoder to judge (and refuse with its reason)."""
     if len(data) > limits.max_message_bytes or data[0] != 0x98:
         return None
-    unpacker = msgpack.Unpacker(
-        raw=False,
-        max_str_len=limits.max_str_len,
-        max_bin_len=0,
-        max_array_len=0,
-        max_map_len=0,
-        max_ext_len=0,
-    )
-    unpacker.feed(bytes(data[1:_HEAD_BYTES]))
-    try:
-        fields = [unpacker.unpack() for _ in range(6)]
-    except (ValueError, TypeError, msgpack.UnpackException, msgpack.OutOfData):
-        return None  # not six scalars that fit the head: the general decoder says why
-    start = 1 + unpacker.tell()
-    width = _BIN_LENGTH_BYTES.get(data[start]) if start < len(data) else None
-    if width is None:
+    head = scalars_then_bin(data, 6, max_str_len=limits.max_str_len, max_bin_len=0)
+    if head is None:
         return None
-    size = int.from_bytes(data[start + 1 : start + 1 + width], "big")
-    begin = start + 1 + width
+    fields, begin, size = head
     end = begin + size
     if size > limits.max_bin_len or end + 66 != len(data) or data[end : end + 2] != b"\xc4\x40":
         return None

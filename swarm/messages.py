@@ -13,6 +13,9 @@ Invariants:
   They are a claim, never trusted: a receiver caps what they can do (see
   `policy.trainer`).
 - Field order in `to_wire` is fixed; the encoding is language-neutral (see README).
+- `decode_payload` reads a large chunk laid out as our senders write it without copying
+  its data; any other layout takes the general decoder, and both accept and refuse the
+  same inputs with the same reasons (`tests/swarm/test_messages.py` checks both).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from swarm.codec import Limits, bin_header, pack, unpack
+from swarm.codec import Limits, bin_header, pack, scalars_then_bin, unpack
 from swarm.errors import WireError
 
 MAX_NAME_CHARS = 256
@@ -333,10 +336,12 @@ class Chunk:
     `inner_digest` names the set: sha256 of the inner envelope's signing input, i.e.
     `Envelope.signing_digest` of what the chunks reassemble into (computed by the sender
     from the signing input it already built, no pass over the data). Each chunk is
-    authenticated by its own envelope's signature (which covers `data`); the reassembled
-    bytes are accepted only if they decode to an envelope, signed by the chunks' signer,
-    whose signing digest is `inner_digest` (protocol 4; protocol 3 carried a sha256 of
-    the whole content and one of each chunk's data, two more passes per side).
+    authenticated by its own envelope's signature (which covers `data`), so the
+    reassembled bytes are their signer's; they must decode to an envelope of that signer,
+    whose digest is then taken to be `inner_digest` (`gossip.layer`; protocol 3 carried
+    a sha256 of the whole content and one of each chunk's data, two more passes per
+    side). A payload of at least `LARGE_BYTES` laid out as `payload_parts` writes it is
+    decoded with `data` a read-only view of the payload (`decode_payload`).
     """
 
     KIND: ClassVar[str] = "chunk"
@@ -345,7 +350,8 @@ class Chunk:
     count: int
     total_size: int
     data: bytes | memoryview
-    """bytes when decoded; a sender may hold a view of the envelope it cuts up."""
+    """A view when decoded from a large payload (class docstring) or held by a sender
+    cutting up its envelope; bytes otherwise."""
 
     def to_wire(self) -> dict:
         return {
@@ -364,18 +370,54 @@ class Chunk:
 
     @classmethod
     def from_wire(cls, obj: Any) -> Chunk:
-        m = _map(obj, ("inner_digest", "index", "count", "total_size", "data"))
+        m = _map(obj, _CHUNK_KEYS)
+        return cls._checked(m, _bytes(m["data"], "data", MAX_CHUNK_DATA))
+
+    @classmethod
+    def _checked(cls, m: dict[str, Any], data: bytes | memoryview) -> Chunk:
         count = _int(m["count"], "count", 1, 1 << 16)
         chunk = cls(
             inner_digest=_bytes(m["inner_digest"], "inner_digest", 32),
             index=_int(m["index"], "index", 0, count - 1),
             count=count,
             total_size=_int(m["total_size"], "total_size", 1, 1 << 34),
-            data=_bytes(m["data"], "data", 1 << 24),
+            data=data,
         )
         if len(chunk.inner_digest) != 32:
             raise _fail("inner_digest must be 32 bytes")
         return chunk
+
+
+_CHUNK_KEYS = ("inner_digest", "index", "count", "total_size", "data")
+MAX_CHUNK_DATA = 1 << 24
+
+
+def _read_framed_chunk(data: bytes | memoryview, limits: Limits) -> Chunk | None:
+    """A chunk payload laid out as `Chunk.payload_parts` writes it (a map of its five keys
+    in `to_wire`'s order, the data last), its data a read-only view of `data` (no copy);
+    None for any other layout or a broken limit, for the general decoder to judge."""
+    if (
+        len(data) > limits.max_message_bytes
+        or data[0] != 0x80 | len(_CHUNK_KEYS)
+        or limits.max_map_len < len(_CHUNK_KEYS)
+        or limits.max_containers < 1
+    ):
+        return None
+    head = scalars_then_bin(
+        data,
+        2 * len(_CHUNK_KEYS) - 1,
+        max_str_len=limits.max_str_len,
+        max_bin_len=min(32, limits.max_bin_len),
+    )
+    if head is None:
+        return None
+    items, begin, size = head
+    if tuple(items[0::2]) != _CHUNK_KEYS or begin + size != len(data):
+        return None
+    if size > min(limits.max_bin_len, MAX_CHUNK_DATA):
+        return None
+    fields = dict(zip(_CHUNK_KEYS, items[1::2], strict=False))
+    return Chunk._checked(fields, memoryview(data).toreadonly()[begin:])
 
 
 PAYLOAD_TYPES: dict[str, Any] = {
@@ -401,8 +443,12 @@ def payload_parts(message: Payload) -> tuple[bytes | memoryview, ...]:
     return (encode_payload(message),)
 
 
-def decode_payload(kind: str, data: bytes, limits: Limits) -> Payload:
+def decode_payload(kind: str, data: bytes | memoryview, limits: Limits) -> Payload:
     cls = PAYLOAD_TYPES.get(kind)
     if cls is None:
         raise WireError("unknown_kind", repr(kind)[:64])
+    if cls is Chunk and len(data) >= LARGE_BYTES:
+        chunk = _read_framed_chunk(data, limits)
+        if chunk is not None:
+            return chunk
     return cls.from_wire(unpack(data, limits))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import math
+import random
 
 import pytest
 
-from swarm.codec import Limits, pack
+from swarm.codec import Limits, pack, unpack
 from swarm.errors import WireError
 from swarm.messages import (
     MAX_GROUP_SIZE,
@@ -173,3 +175,55 @@ def test_payload_parts_join_to_the_encoding(size: int, meta: dict[str, str]) -> 
     if size:
         chunk = Chunk(bytes(32), 1, 3, 3 * size, memoryview(tensors))
         assert b"".join(chunk.payload_parts()) == pack({**chunk.to_wire(), "data": tensors})
+
+
+def _chunk_outcome(data: bytes, limits: Limits, *, general: bool) -> tuple:
+    try:
+        if general:  # every payload through msgpack
+            chunk = Chunk.from_wire(unpack(data, limits))
+        else:
+            chunk = decode_payload("chunk", data, limits)
+    except WireError as exc:
+        return ("refused", exc.reason)
+    return ("accepted", dataclasses.replace(chunk, data=bytes(chunk.data)))
+
+
+def test_large_chunks_are_read_without_copying_their_data() -> None:
+    data = bytes(range(256)) * 400
+    chunk = Chunk(hashlib.sha256(b"set").digest(), 1, 3, 3 * len(data), data)
+    payload = encode_payload(chunk)
+    read = decode_payload("chunk", payload, Limits())
+    assert isinstance(read.data, memoryview) and read.data.readonly
+    assert dataclasses.replace(read, data=bytes(read.data)) == chunk
+    # The same map in another key order: the general decoder reads it (data as bytes).
+    reordered = pack({"data": data, **{k: v for k, v in chunk.to_wire().items() if k != "data"}})
+    assert decode_payload("chunk", reordered, Limits()) == chunk
+
+
+def test_zero_copy_chunk_reading_accepts_and_refuses_exactly_as_msgpack_does() -> None:
+    """Byte flips in the head and at the end of a large chunk payload, truncations,
+    extensions and tight limits: the zero-copy reading and the general decoder agree on
+    every one (the same chunk, or the same reason)."""
+    rng = random.Random(11)
+    payload = encode_payload(Chunk(bytes(range(32)), 2, 5, 500_000, bytes(70_000)))
+    cases = [payload, payload + b"\0", payload[:-1], b"\x84" + payload[1:]]
+    hot = [*range(0, 90), *range(len(payload) - 20, len(payload))]
+    for _ in range(500):
+        mutated = bytearray(payload)
+        for _ in range(rng.randint(1, 3)):
+            mutated[rng.choice(hot)] = rng.randrange(256)
+        cases.append(bytes(mutated))
+    limits = [
+        Limits(),
+        Limits(max_bin_len=60_000),
+        Limits(max_str_len=4),
+        Limits(max_map_len=4),
+        Limits(max_message_bytes=70_000),
+    ]
+    accepted = 0
+    for case in cases:
+        for limit in limits:
+            fast = _chunk_outcome(case, limit, general=False)
+            assert fast == _chunk_outcome(case, limit, general=True), (case[:90], limit)
+            accepted += fast[0] == "accepted"
+    assert accepted > 50  # many mutations (ints, digest bytes) still decode

@@ -40,10 +40,12 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-BIN_LENGTH_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+_BIN_LENGTH_BYTES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
 """msgpack bin8/bin16/bin32 header byte -> bytes of its length field."""
 _SCALAR_HEAD_BYTES = 1024
-"""How far `scalars_then_bin` looks for its scalars (every head here is far shorter)."""
+"""How far `scalars_then_bin` looks for its scalars: enough for an envelope's six fields
+before its payload at their largest (kind 32 bytes, swarm id 128 characters of up to 4
+UTF-8 bytes, sender 128 bytes, three ints), and for a chunk's four before its data."""
 
 
 def scalars_then_bin(
@@ -69,7 +71,7 @@ def scalars_then_bin(
     except (ValueError, TypeError, msgpack.UnpackException, msgpack.OutOfData):
         return None
     start = 1 + unpacker.tell()
-    width = BIN_LENGTH_BYTES.get(data[start]) if start < len(data) else None
+    width = _BIN_LENGTH_BYTES.get(data[start]) if start < len(data) else None
     if width is None:
         return None
     begin = start + 1 + width

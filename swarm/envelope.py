@@ -53,8 +53,6 @@ _FRAME_AT_BYTES = 1 << 16
 _VIEW_AT_BYTES = 1 << 14
 """Envelopes from this size on are read without copying their payload (when framed as
 `_frame` writes them); below it a copy costs less than looking for the framing."""
-"""Enough for the six fields before the payload at their largest (kind 32 bytes,
-swarm id 128 characters of up to 4 UTF-8 bytes, sender 128 bytes, three ints)."""
 MAX_WIRE_INT = 2**53 - 1
 """`seq` and `policy_version` stay below 2**53, so every JSON/JavaScript peer reads them
 exactly (senders start `seq` at wall-clock microseconds: ~1.8e15 today)."""

@@ -401,6 +401,7 @@ def _read_framed_chunk(data: bytes | memoryview, limits: Limits) -> Chunk | None
         or data[0] != 0x80 | len(_CHUNK_KEYS)
         or limits.max_map_len < len(_CHUNK_KEYS)
         or limits.max_containers < 1
+        or limits.max_depth < 1
     ):
         return None
     head = scalars_then_bin(

@@ -202,8 +202,9 @@ def test_large_chunks_are_read_without_copying_their_data() -> None:
 
 def test_zero_copy_chunk_reading_accepts_and_refuses_exactly_as_msgpack_does() -> None:
     """Byte flips in the head and at the end of a large chunk payload, truncations,
-    extensions and tight limits: the zero-copy reading and the general decoder agree on
-    every one (the same chunk, or the same reason)."""
+    extensions and tight limits (each limit the general decoder enforces): the zero-copy
+    reading and the general decoder agree on every one (the same chunk, or the same
+    reason)."""
     rng = random.Random(11)
     payload = encode_payload(Chunk(bytes(range(32)), 2, 5, 500_000, bytes(70_000)))
     cases = [payload, payload + b"\0", payload[:-1], b"\x84" + payload[1:]]
@@ -219,6 +220,8 @@ def test_zero_copy_chunk_reading_accepts_and_refuses_exactly_as_msgpack_does() -
         Limits(max_str_len=4),
         Limits(max_map_len=4),
         Limits(max_message_bytes=70_000),
+        Limits(max_depth=0),
+        Limits(max_containers=0),
     ]
     accepted = 0
     for case in cases:

@@ -55,6 +55,10 @@ Invariants:
   is an outage like a broker restart: retried forever with the same backoff, counted
   by cause (`stats()["connect_failures_by_cause"]`, e.g. `auth_refused`,
   `tls_failed`), logged once per cause per outage in a sentence naming what to check.
+  Only at start, where nothing is lost by stopping, do such refusals
+  (`MISCONFIGURED_CAUSES`) raise `ConfigError` instead; a broker that is merely not up
+  yet is waited for `_CONNECT_TIMEOUT_S`, then retried in the background while the node
+  trains alone (as a libp2p node whose bootstrap peer is down).
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
 - After `stop`, `receive` raises `ConnectionError` (it never hangs on a dead transport).
 
@@ -89,12 +93,14 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from gossip.inbox import Inbox
 from gossip.mqtt_connect import (
     CONNECT_FAILURE_CAUSES,
+    MISCONFIGURED_CAUSES,
     BrokerClient,
     broker_credentials,
     describe_failure,
     warn_if_password_in_clear,
 )
 from swarm.config.network import MqttTransportConfig
+from swarm.errors import ConfigError
 from swarm.identity import Identity
 from swarm.transport import TransportMessage
 
@@ -155,6 +161,7 @@ class MqttTransport:
         self.reconnects = 0
         self.connect_failures: Counter[str] = Counter(dict.fromkeys(CONNECT_FAILURE_CAUSES, 0))
         self._last_failure = ""
+        self._last_cause = ""
 
     # ---- Transport protocol -------------------------------------------------------
 
@@ -172,17 +179,27 @@ class MqttTransport:
         """Messages dropped because the node did not read its queue fast enough."""
         return self._inbox.dropped_total if self._inbox is not None else 0
 
-    async def start(self, *, wait_connected_s: float | None = _CONNECT_TIMEOUT_S) -> None:
-        """Start the connection loop; wait up to `wait_connected_s` for the broker.
+    async def start(
+        self,
+        *,
+        wait_connected_s: float | None = _CONNECT_TIMEOUT_S,
+        require_connection: bool = False,
+    ) -> None:
+        """Start the connection loop; wait up to `wait_connected_s` (None: not at all) for
+        the broker, so that a node's first round can already share.
 
-        A broker that is not up yet is not fatal when `wait_connected_s` is None: the
-        loop keeps retrying in the background.
+        A broker that is not up yet, or unreachable, is not fatal: a WARNING says so and
+        the loop keeps retrying in the background while the node trains alone. A broker
+        that answered and refused us for our configuration (credentials, TLS, a plain
+        port for TLS: `MISCONFIGURED_CAUSES`) raises `ConfigError` naming what to check;
+        so does any failure with `require_connection` (`ConnectionError` then).
         """
         if self._task is not None:
             raise RuntimeError("transport already started")
         warn_if_password_in_clear(self.config, self._credentials)
         self._stopping = False
         self._last_failure = ""
+        self._last_cause = ""
         self._inbox = Inbox(
             max_messages=self.config.max_queued_messages,
             max_bytes=self.config.max_queued_bytes,
@@ -193,16 +210,29 @@ class MqttTransport:
         self._inflight = set()
         self._first_connect = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(), name=f"mqtt-{self.peer_id[-8:]}")
-        if wait_connected_s is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._first_connect), wait_connected_s)
-            except TimeoutError:
+        if wait_connected_s is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._first_connect), wait_connected_s)
+        except TimeoutError:
+            broker = f"the MQTT broker at {self.config.host}:{self.config.port}"
+            last = f" (last failure: {self._last_failure})" if self._last_failure else ""
+            if self._last_cause in MISCONFIGURED_CAUSES:
                 await self.stop()
-                last = f" (last failure: {self._last_failure})" if self._last_failure else ""
-                raise ConnectionError(
-                    f"no connection to the MQTT broker at {self.config.host}:"
-                    f"{self.config.port} within {wait_connected_s:.0f} s{last}"
+                raise ConfigError(
+                    f"transport: {broker} refused us: {self._last_failure}"
                 ) from None
+            if require_connection:
+                await self.stop()
+                raise ConnectionError(
+                    f"no connection to {broker} within {wait_connected_s:g} s{last}"
+                ) from None
+            log.warning(
+                "no connection to %s within %g s%s; training alone meanwhile, and "
+                "sharing from the first round after it answers (retrying with backoff "
+                "up to %.0f s)",
+                broker, wait_connected_s, last, _BACKOFF_MAX_S,
+            )  # fmt: skip
 
     async def stop(self) -> None:
         self._stopping = True
@@ -397,6 +427,7 @@ class MqttTransport:
                 cause, self._last_failure = describe_failure(
                     exc, connected=accepted, tls=credentials.tls_context is not None
                 )
+                self._last_cause = cause
                 self.connect_failures[cause] += 1
                 outage.failed(self._last_failure, delay, self._dropped_total())
             finally:

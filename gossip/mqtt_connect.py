@@ -44,6 +44,7 @@ from swarm.errors import ConfigError
 
 __all__ = [
     "CONNECT_FAILURE_CAUSES",
+    "MISCONFIGURED_CAUSES",
     "BrokerClient",
     "BrokerCredentials",
     "ClosedBeforeConnack",
@@ -64,6 +65,9 @@ CONNECT_FAILURE_CAUSES = (
     "connection_lost",
 )
 """Why a connection attempt failed, or why a connection ended (`connection_lost`)."""
+MISCONFIGURED_CAUSES = frozenset({"auth_refused", "tls_failed", "closed_before_connack"})
+"""Failures that a broker which answered puts down to our configuration (credentials,
+TLS, a plain port used for TLS or the other way round), not to its being away."""
 _AUTH_REASON_CODES = frozenset({4, 5, 134, 135})
 """CONNACK codes for bad credentials: MQTT 3.1.1 (4, 5) and v5 (134, 135)."""
 

@@ -8,6 +8,7 @@ publishes back (MQTT v5 no_local), and the peers survive a broker restart.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -124,15 +125,25 @@ def test_peers_reconnect_after_broker_restart(spawn_peer: Any, mosquitto_broker:
 # ---- in-process checks -------------------------------------------------------------
 
 
-def test_publish_without_broker_raises_and_oversize_is_refused(
-    mosquitto_broker: Any, free_tcp_port: int
+def test_a_broker_not_up_yet_is_waited_for_and_oversize_is_refused(
+    mosquitto_broker: Any, free_tcp_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> None:
-        down = MqttTransport(MqttTransportConfig(port=free_tcp_port), Identity.generate())
+        config = MqttTransportConfig(port=free_tcp_port)
+        required = MqttTransport(config, Identity.generate())
         t0 = time.monotonic()
-        with pytest.raises(ConnectionError):
-            await down.start(wait_connected_s=1.0)
+        with pytest.raises(ConnectionError, match="Connection refused"):
+            await required.start(wait_connected_s=1.0, require_connection=True)
         assert time.monotonic() - t0 < 5.0
+        # A node's transport: no broker yet is a warning, and publishes are counted out.
+        down = MqttTransport(config, Identity.generate())
+        with caplog.at_level(logging.WARNING, logger="gossip.mqtt"):
+            await down.start(wait_connected_s=0.5)
+        assert "training alone meanwhile" in caplog.text
+        await down.publish("swarm/x/peers", b"lost")
+        assert down.stats()["dropped_outgoing_by_reason"]["disconnected"] == 1
+        assert down.stats()["connect_failures_by_cause"]["unreachable"] >= 1
+        await down.stop()
 
         config = MqttTransportConfig(
             host=mosquitto_broker.host, port=mosquitto_broker.port, max_message_bytes=64 * 1024

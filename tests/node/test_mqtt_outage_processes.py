@@ -1,9 +1,11 @@
 """A broker outage, as real `swarm join` processes over a real mosquitto broker.
 
-Two nodes share through the broker; the broker is stopped for several seconds and
-started again on the same port. Both nodes must keep training through the outage (as
-silos: their publishes are dropped and counted, never raised), reconnect by themselves,
-and train on each other's groups again afterwards.
+Two nodes start before their broker does (a user who forgot it, or a machine whose
+broker comes up later): each says so, trains alone, connects once the broker is up and
+trains on the other's groups. Then the broker is stopped for several seconds and started
+again on the same port. Both nodes must keep training through the outage (as silos:
+their publishes are dropped and counted, never raised), reconnect by themselves, and
+train on each other's groups again afterwards.
 """
 
 from __future__ import annotations
@@ -45,8 +47,7 @@ def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> 
     if binary is None:
         pytest.skip("mosquitto is not installed (apt-get install -y mosquitto; CI installs it)")
     (tmp_path / "broker").mkdir()
-    broker = Broker(binary, tmp_path / "broker")
-    broker.start()
+    broker = Broker(binary, tmp_path / "broker")  # not started yet: the nodes come first
     paths = write_configs(2, 100_000, tmp_path)
     for path in paths:
         config = tomllib.loads(path.read_text())
@@ -58,7 +59,7 @@ def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> 
     metrics = [tmp_path / f"node-{i}" / "metrics.jsonl" for i in (0, 1)]
     logs = [tmp_path / f"node-{i}.log" for i in (0, 1)]
     procs = [
-        spawn_join(path, 1_000_000, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=1)
+        spawn_join(path, 1_000_000, stdout=subprocess.DEVNULL, stderr=log.open("a"))
         for path, log in zip(paths, logs, strict=True)
     ]
 
@@ -68,7 +69,12 @@ def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> 
         )
 
     try:
-        _until(lambda: shared_since([0, 0]), "sharing before the outage", procs)
+        _until(lambda: all(len(read_metrics(m)) >= 5 for m in metrics), "rounds alone", procs)
+        for log in logs:
+            assert "training alone meanwhile" in log.read_text(), log.read_text()[-3000:]
+        broker.start()
+        first = [len(read_metrics(m)) for m in metrics]
+        _until(lambda: shared_since(first), "sharing once the broker is up", procs)
 
         broker.stop()
         down = [len(read_metrics(m)) for m in metrics]

@@ -57,7 +57,7 @@ Invariants:
   `tls_failed`), logged once per cause per outage in a sentence naming what to check.
   Only at start, where nothing is lost by stopping, do such refusals
   (`MISCONFIGURED_CAUSES`) raise `ConfigError` instead; a broker that is merely not up
-  yet is waited for `_CONNECT_TIMEOUT_S`, then retried in the background while the node
+  yet is waited for `_START_WAIT_S`, then retried in the background while the node
   trains alone (as a libp2p node whose bootstrap peer is down).
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
 - After `stop`, `receive` raises `ConnectionError` (it never hangs on a dead transport).
@@ -111,6 +111,11 @@ log = logging.getLogger(__name__)
 _BACKOFF_INITIAL_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _CONNECT_TIMEOUT_S = 10.0
+_START_WAIT_S = 3.0
+"""How long `start` waits for a first connection, so that the first round can share: a
+broker on this machine or across the internet answers within a second; one that is down
+costs the node no more than this before it trains alone (and a slow one still connects
+in the background)."""
 _PUBLISH_TIMEOUT_S = 10.0
 """Longest wait for the broker's PUBACK before a publish is dropped (`publish_failed`)."""
 _STOP_GRACE_S = 2.0
@@ -182,7 +187,7 @@ class MqttTransport:
     async def start(
         self,
         *,
-        wait_connected_s: float | None = _CONNECT_TIMEOUT_S,
+        wait_connected_s: float | None = _START_WAIT_S,
         require_connection: bool = False,
     ) -> None:
         """Start the connection loop; wait up to `wait_connected_s` (None: not at all) for

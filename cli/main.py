@@ -26,6 +26,7 @@ import typer
 from rich.console import Console
 
 from cli.dashboard import DashboardOpt, dashboard, dashboard_for_node
+from node.instance_lock import hold_node
 from swarm import __version__
 from swarm.config import NodeConfig, load_config
 from swarm.config.template import render_config
@@ -294,7 +295,7 @@ def join(
         )
         return node
 
-    with dashboard_for_node(dashboard_at, config.node.data_dir):
+    with hold_node(config, "join"), dashboard_for_node(dashboard_at, config.node.data_dir):
         node = asyncio.run(run())
     if not _report_checkpoints(node):
         raise typer.Exit(1)
@@ -332,7 +333,7 @@ def train(
         await node.run(rounds)
         return node
 
-    with dashboard_for_node(dashboard_at, config.node.data_dir):
+    with hold_node(config, "train"), dashboard_for_node(dashboard_at, config.node.data_dir):
         node = asyncio.run(run())
     if not _report_checkpoints(node):
         raise typer.Exit(1)
@@ -426,7 +427,8 @@ def peers(
     config = apply_overrides(
         load_config(config_path), _override_args(bootstrap, listen, None, None), str(config_path)
     )
-    asyncio.run(listen_and_print(config, seconds, lambda line: print(line, flush=True)))
+    with hold_node(config, "peers"):
+        asyncio.run(listen_and_print(config, seconds, lambda line: print(line, flush=True)))
 
 
 @app.command()

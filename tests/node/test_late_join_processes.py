@@ -4,7 +4,8 @@ The situation the first design failed: node A has run for dozens of rounds when 
 starts with A as its bootstrap peer (the README's "Two nodes by hand"). Both must train
 on each other's groups within a few rounds; again after B is SIGKILLed and restarted from
 its checkpoint (its sequence numbers and version claims must still be accepted); and
-again after A, the bootstrap peer, is SIGKILLed and restarted (B must re-dial it).
+again after A, the bootstrap peer, is SIGKILLed and restarted (B must re-dial it). A
+second process started on A's config while A runs refuses to start.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +103,16 @@ def test_a_late_joiner_shares_both_ways_and_again_after_a_kill(tmp_path: Path) -
     try:
         _wait_rounds(node_a.metrics, HEAD_START_ROUNDS, a, 300)
         assert _senders(node_a.records()) == set()  # nobody else was there
+        # A second process on A's config (its data dir, its peer id) refuses to start.
+        second = subprocess.run(
+            [sys.executable, "-m", "cli.main", "peers", "--config", str(config_a),
+             "--seconds", "1"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stderr
+        assert f"in use by another running node (pid and command: {a.pid} swarm join" in (
+            " ".join(second.stderr.split())
+        )
 
         # 1. B joins late.
         _start_and_share(node_b, node_a)

@@ -1,0 +1,78 @@
+"""One running process per node: exclusive locks on its data dir and its key file.
+
+Two processes started on one config (a second terminal, a service restarted while the
+old process lingers) would interleave their checkpoints and metrics in one data dir and
+put one peer id on the network twice, where its peers refuse half of its messages as
+replays. So `swarm join`, `swarm train` and `swarm peers` hold the node's lock while
+they run, and a second process on the same node refuses to start.
+
+Invariants:
+- The lock is an exclusive `flock` on `<data_dir>/node.lock`, and on `<key file>.lock`
+  too when the key lives outside the data dir (one identity, one process), taken before
+  the process reads its checkpoint or key. The kernel drops a `flock` with the process's
+  last descriptor, so a node killed in any way (SIGKILL included) leaves no stale lock:
+  the next start takes it.
+- A process that finds a lock held raises `ConfigError` naming the path, the holder's
+  pid and command (which a holder writes into its lock files once it holds them all)
+  and the fix; it writes into no lock file.
+- Lock files are never deleted: deleting a held one would let a second process lock a
+  new file of the same name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from swarm.config import NodeConfig
+from swarm.errors import ConfigError
+
+LOCK_NAME = "node.lock"
+
+
+def lock_paths(config: NodeConfig) -> list[Path]:
+    """The lock files guarding `config`'s node: its data dir's, and its key file's when
+    the key lies outside the data dir."""
+    data_dir = config.node.data_dir
+    paths = [data_dir / LOCK_NAME]
+    key = config.node.resolved_key_file
+    if key.resolve().parent != data_dir.resolve():
+        paths.append(key.with_name(key.name + ".lock"))
+    return paths
+
+
+@contextlib.contextmanager
+def hold_node(config: NodeConfig, command: str) -> Iterator[None]:
+    """Hold the node's locks (`lock_paths`) for the duration of the block, or raise
+    `ConfigError` if another process holds one."""
+    fds: list[int] = []
+    try:
+        for path in lock_paths(config):
+            fds.append(_lock(path))
+        for fd in fds:  # all taken: say who holds them
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} swarm {command}\n".encode(), 0)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # releases its flock
+
+
+def _lock(path: Path) -> int:
+    """A descriptor of `path` holding its exclusive flock, or ConfigError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(
+            f"{path.parent} is in use by another running node (pid and command: "
+            f"{holder}); stop that process first, or give this node its own "
+            f"node.data_dir (and node.key_file: one peer id per running node)"
+        ) from None
+    return fd

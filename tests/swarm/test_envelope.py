@@ -13,6 +13,7 @@ from swarm.envelope import Envelope, decode_envelope, seal, seal_parts
 from swarm.errors import WireError
 from swarm.identity import Identity
 from swarm.messages import Chunk, Hello, decode_payload, encode_payload
+from tests.swarm.mutations import byte_flips
 
 V = PROTOCOL_VERSION
 SWARM = "test-swarm"
@@ -213,18 +214,11 @@ def test_zero_copy_reading_accepts_and_refuses_exactly_as_msgpack_does() -> None
     """Byte flips in the head and around the payload, truncations and extensions of a
     large envelope: the zero-copy reading and the general decoder agree on every one
     (the same envelope, or the same reason)."""
-    import random
-
-    rng = random.Random(5)
     payload = encode_payload(Chunk(bytes(32), 0, 2, 60_000, bytes(30_000)))
     wire = sealed(kind="chunk", payload=payload).encode()
-    cases = [wire, wire + b"\0", wire[:-1], wire[:-65], b"\x99" + wire[1:]]
     hot = [*range(0, 120), *range(len(wire) - 80, len(wire))]
-    for _ in range(400):
-        mutated = bytearray(wire)
-        for _ in range(rng.randint(1, 3)):
-            mutated[rng.choice(hot)] = rng.randrange(256)
-        cases.append(bytes(mutated))
+    cases = [wire, wire + b"\0", wire[:-1], wire[:-65], b"\x99" + wire[1:]]
+    cases += byte_flips(wire, hot, 400, seed=5)
     small = Limits(max_bin_len=20_000)
     for case in cases:
         assert _outcome(case) == _general(case)

@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import hashlib
 import math
-import random
 
 import pytest
 
@@ -26,6 +25,7 @@ from swarm.messages import (
     encode_payload,
     payload_parts,
 )
+from tests.swarm.mutations import byte_flips
 
 LIMITS = Limits()
 
@@ -205,15 +205,10 @@ def test_zero_copy_chunk_reading_accepts_and_refuses_exactly_as_msgpack_does() -
     extensions and tight limits (each limit the general decoder enforces): the zero-copy
     reading and the general decoder agree on every one (the same chunk, or the same
     reason)."""
-    rng = random.Random(11)
     payload = encode_payload(Chunk(bytes(range(32)), 2, 5, 500_000, bytes(70_000)))
-    cases = [payload, payload + b"\0", payload[:-1], b"\x84" + payload[1:]]
     hot = [*range(0, 90), *range(len(payload) - 20, len(payload))]
-    for _ in range(500):
-        mutated = bytearray(payload)
-        for _ in range(rng.randint(1, 3)):
-            mutated[rng.choice(hot)] = rng.randrange(256)
-        cases.append(bytes(mutated))
+    cases = [payload, payload + b"\0", payload[:-1], b"\x84" + payload[1:]]
+    cases += byte_flips(payload, hot, 500, seed=11)
     limits = [
         Limits(),
         Limits(max_bin_len=60_000),

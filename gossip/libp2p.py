@@ -50,7 +50,9 @@ Invariants:
   library's adaptation would stretch a 1 s heartbeat to 30-60 s on a "poor health"
   score, which a 3-node test swarm always has).
 - A node's own publishes are not delivered back to it.
-- `start` raises if the listen address cannot be bound (the library only logs it).
+- `start` raises if the listen address cannot be bound (the library only logs it), and
+  `ConfigError` if another process already listens there (`refuse_taken_port`: the
+  library's SO_REUSEPORT would otherwise let two nodes share one port).
   After `stop` (or a crash of the trio thread), `receive` raises `ConnectionError`.
   `stop` closes every connection (within `_CLOSE_TIMEOUT_S`): peers see us leave at
   once, even while this process lives on.
@@ -82,7 +84,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import logging
+import socket
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -119,6 +123,7 @@ from gossip.libp2p_patches import (
 from gossip.nat import NatTraversal, peer_links
 from gossip.peer_exchange import PeerExchange, connection_limits
 from swarm.config.network import Libp2pTransportConfig
+from swarm.errors import ConfigError
 from swarm.identity import Identity
 from swarm.transport import TransportMessage
 
@@ -136,6 +141,7 @@ _SPAM_LIMIT_PER_S = 100_000.0
 """GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
 bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
 _CLOSE_TIMEOUT_S = 5.0
+_FAMILIES = {"ip4": socket.AF_INET, "ip6": socket.AF_INET6}
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -211,6 +217,7 @@ class Libp2pTransport:
     async def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("transport already started")
+        refuse_taken_port(self.config.listen)
         self._loop = asyncio.get_running_loop()
         self._inbox = Inbox(
             max_messages=self._receive_queue_size,
@@ -495,3 +502,34 @@ class Libp2pTransport:
                 f"outbound queue full; a message of {len(data)} bytes on {topic} not sent "
                 "to this peer (the others got it)",
             )
+
+
+def refuse_taken_port(listen: str) -> None:
+    """Raise ConfigError if another socket already listens on `listen`'s TCP address.
+
+    py-libp2p listens with SO_REUSEPORT (so that hole punching can dial from the listen
+    port), and Linux then lets a second process of the same user listen on the very same
+    address: two nodes configured with one port would both listen, and peers dialing one
+    would reach either at random (the handshake then fails on the peer id). A probe bound
+    without SO_REUSEPORT fails exactly when such a listener exists. Port 0 and non-IP
+    addresses are not checked."""
+    try:
+        parts = {proto.name: value for proto, value in multiaddr.Multiaddr(listen).items()}
+    except Exception:  # noqa: BLE001 - validated by the config; libp2p reports the rest
+        return
+    family = next((f for name, f in _FAMILIES.items() if name in parts), None)
+    port = int(parts.get("tcp", 0) or 0)
+    if family is None or port == 0:
+        return
+    ip = parts["ip4" if family == socket.AF_INET else "ip6"]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
+        try:
+            probe.bind((str(ip), port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return  # e.g. an address not on this machine: libp2p reports it
+            raise ConfigError(
+                f"transport.listen: could not listen on {listen}: another process listens "
+                f"on that port (another node on this machine? give each its own port)"
+            ) from None

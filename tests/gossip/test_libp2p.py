@@ -18,6 +18,7 @@ import pytest
 
 from gossip.libp2p import RPC_OVERHEAD_BYTES, Libp2pTransport
 from swarm.config.network import Libp2pTransportConfig
+from swarm.errors import ConfigError
 from swarm.identity import Identity
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
@@ -166,9 +167,30 @@ def test_listen_failure_fails_start(free_tcp_port: int) -> None:
             busy.listen()
             listen = f"/ip4/127.0.0.1/tcp/{free_tcp_port}"
             transport = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())
-            with pytest.raises(OSError, match="could not listen"):
+            with pytest.raises(ConfigError, match="could not listen"):
                 await transport.start()
             assert transport.connected_peers() == []
+
+    asyncio.run(main())
+
+
+def test_a_second_node_on_a_taken_port_fails_start(free_tcp_port: int) -> None:
+    """py-libp2p listens with SO_REUSEPORT, so without our probe a second node on the
+    same address would listen too and take half of the first one's incoming dials."""
+
+    async def main() -> None:
+        listen = f"/ip4/127.0.0.1/tcp/{free_tcp_port}"
+        first = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())
+        await first.start()
+        try:
+            second = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())
+            with pytest.raises(ConfigError, match="another process listens on that port"):
+                await second.start()
+        finally:
+            await first.stop()
+        again = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())
+        await again.start()  # the port is free once its holder stopped
+        await again.stop()
 
     asyncio.run(main())
 

@@ -51,7 +51,7 @@ Invariants:
   score, which a 3-node test swarm always has).
 - A node's own publishes are not delivered back to it.
 - `start` raises if the listen address cannot be bound (the library only logs it), and
-  `ConfigError` if another process already listens there (`refuse_taken_port`: the
+  `ConfigError` if another process already listens there (`gossip.libp2p_listen`: the
   library's SO_REUSEPORT would otherwise let two nodes share one port).
   After `stop` (or a crash of the trio thread), `receive` raises `ConnectionError`.
   `stop` closes every connection (within `_CLOSE_TIMEOUT_S`): peers see us leave at
@@ -84,9 +84,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
 import logging
-import socket
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -106,10 +104,10 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V1
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
-from libp2p.utils.address_validation import get_available_interfaces
 
 from gossip.inbox import Inbox
 from gossip.libp2p_dialer import Redialer
+from gossip.libp2p_listen import announced_addrs, refuse_taken_port
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
     Refusals,
@@ -123,7 +121,6 @@ from gossip.libp2p_patches import (
 from gossip.nat import NatTraversal, peer_links
 from gossip.peer_exchange import PeerExchange, connection_limits
 from swarm.config.network import Libp2pTransportConfig
-from swarm.errors import ConfigError
 from swarm.identity import Identity
 from swarm.transport import TransportMessage
 
@@ -141,7 +138,6 @@ _SPAM_LIMIT_PER_S = 100_000.0
 """GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
 bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
 _CLOSE_TIMEOUT_S = 5.0
-_FAMILIES = {"ip4": socket.AF_INET, "ip6": socket.AF_INET6}
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -447,7 +443,7 @@ class Libp2pTransport:
         async with background_trio_service(pubsub), background_trio_service(gossipsub):
             await pubsub.wait_until_ready()
             async with host.run(listen_addrs=[listen]):
-                self._listen_addrs = self._full_addrs(host)
+                self._listen_addrs = announced_addrs(host, self.peer_id)
                 if not self._listen_addrs:
                     # py-libp2p only logs a failed listen (e.g. port in use) and runs on.
                     raise OSError(f"could not listen on {self.config.listen} (port in use?)")
@@ -465,20 +461,6 @@ class Libp2pTransport:
                 # lives, so peers kept us connected and queued messages for us.
                 with trio.move_on_after(_CLOSE_TIMEOUT_S):
                     await host.get_network().close()
-
-    def _full_addrs(self, host: IHost) -> list[str]:
-        suffix = f"/p2p/{self.peer_id}"
-        out: list[str] = []
-        for addr in host.get_transport_addrs():
-            names = [proto.name for proto in addr.protocols()]
-            ip = addr.value_for_protocol("ip4") if "ip4" in names else None
-            if ip == "0.0.0.0":
-                port = int(addr.value_for_protocol("tcp"))
-                expanded = [a for a in get_available_interfaces(port) if "/ip4/" in str(a)]
-            else:
-                expanded = [addr]
-            out.extend(f"{a}{suffix}" for a in expanded)
-        return out
 
     async def _trio_subscribe(self, topic: str) -> None:
         assert self._pubsub is not None
@@ -502,34 +484,3 @@ class Libp2pTransport:
                 f"outbound queue full; a message of {len(data)} bytes on {topic} not sent "
                 "to this peer (the others got it)",
             )
-
-
-def refuse_taken_port(listen: str) -> None:
-    """Raise ConfigError if another socket already listens on `listen`'s TCP address.
-
-    py-libp2p listens with SO_REUSEPORT (so that hole punching can dial from the listen
-    port), and Linux then lets a second process of the same user listen on the very same
-    address: two nodes configured with one port would both listen, and peers dialing one
-    would reach either at random (the handshake then fails on the peer id). A probe bound
-    without SO_REUSEPORT fails exactly when such a listener exists. Port 0 and non-IP
-    addresses are not checked."""
-    try:
-        parts = {proto.name: value for proto, value in multiaddr.Multiaddr(listen).items()}
-    except Exception:  # noqa: BLE001 - validated by the config; libp2p reports the rest
-        return
-    family = next((f for name, f in _FAMILIES.items() if name in parts), None)
-    port = int(parts.get("tcp", 0) or 0)
-    if family is None or port == 0:
-        return
-    ip = parts["ip4" if family == socket.AF_INET else "ip6"]
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
-        try:
-            probe.bind((str(ip), port))
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                return  # e.g. an address not on this machine: libp2p reports it
-            raise ConfigError(
-                f"transport.listen: could not listen on {listen}: another process listens "
-                f"on that port (another node on this machine? give each its own port)"
-            ) from None

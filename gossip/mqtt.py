@@ -46,7 +46,7 @@ Invariants:
   re-subscribed on each new connection before the transport counts as connected. Only
   network errors (`aiomqtt.MqttError`, `OSError`, `TimeoutError`) are retried; anything
   else is our bug and ends the loop (logged, `receive` raises). The log gets one
-  WARNING per distinct cause per outage, a reminder every `_OUTAGE_REPORT_S` while it
+  WARNING per distinct cause per outage (`gossip.mqtt_outage`), a reminder every 5 min while it
   lasts, and one INFO line when connected again (with the outage's length, attempts
   and dropped publishes); never one line per attempt or per dropped publish.
 - TLS and credentials (`gossip.mqtt_connect`): resolved when the transport is built
@@ -80,15 +80,12 @@ import functools
 import logging
 import random
 import secrets
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gossip.inbox import Inbox
 from gossip.mqtt_connect import (
@@ -97,8 +94,12 @@ from gossip.mqtt_connect import (
     BrokerClient,
     broker_credentials,
     describe_failure,
+    inbox_queue_type,
+    subscribe_options,
+    wait_disconnected,
     warn_if_password_in_clear,
 )
+from gossip.mqtt_outage import Outage
 from swarm.config.network import MqttTransportConfig
 from swarm.errors import ConfigError
 from swarm.identity import Identity
@@ -120,9 +121,6 @@ _PUBLISH_TIMEOUT_S = 10.0
 """Longest wait for the broker's PUBACK before a publish is dropped (`publish_failed`)."""
 _STOP_GRACE_S = 2.0
 """On `stop`, the longest wait for PUBACKs still due (a node's last round's rollouts)."""
-_OUTAGE_REPORT_S = 300.0
-"""While the broker stays unreachable, one reminder WARNING per this many seconds."""
-_MAX_CAUSES_LOGGED = 8
 _NETWORK_ERRORS = (aiomqtt.MqttError, OSError, TimeoutError)
 OUTGOING_REASONS = ("disconnected", "connection_lost", "publish_failed")
 """Why a publish was dropped (`stats()["dropped_outgoing_by_reason"]`)."""
@@ -158,7 +156,7 @@ class MqttTransport:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._first_connect: asyncio.Future[None] | None = None
-        self._client_queue_type = _inbox_queue_type(self._offer)
+        self._client_queue_type = inbox_queue_type(self._offer)
         self._window: asyncio.Semaphore | None = None
         """One slot per publish awaiting its PUBACK (made by `start`, in its loop)."""
         self._inflight: set[asyncio.Future[None]] = set()
@@ -260,7 +258,7 @@ class MqttTransport:
         client = self._client
         if client is not None and self._connected.is_set():
             try:
-                await client.subscribe(topic, options=_subscribe_options())
+                await client.subscribe(topic, options=subscribe_options(_QOS))
             except _NETWORK_ERRORS as exc:
                 # The reconnect loop re-subscribes every topic in self._topics.
                 log.info("subscribe to %s deferred to the next connection: %s", topic, exc)
@@ -388,7 +386,7 @@ class MqttTransport:
 
     async def _connection_loop(self) -> None:
         delay = _BACKOFF_INITIAL_S
-        outage = _Outage(f"{self.config.host}:{self.config.port}")
+        outage = Outage(f"{self.config.host}:{self.config.port}", _BACKOFF_MAX_S)
         credentials = self._credentials
         while not self._stopping:
             accepted = False
@@ -414,7 +412,7 @@ class MqttTransport:
                     done: set[str] = set()
                     while pending := [t for t in self._topics if t not in done]:
                         for topic in pending:
-                            await client.subscribe(topic, options=_subscribe_options())
+                            await client.subscribe(topic, options=subscribe_options(_QOS))
                             done.add(topic)
                     # No await since the last check: a concurrent subscribe() either
                     # was seen above or finds the client connected and subscribes itself.
@@ -425,7 +423,7 @@ class MqttTransport:
                         self._first_connect.set_result(None)
                     delay = _BACKOFF_INITIAL_S
                     outage.ended(self._dropped_total(), len(done))
-                    await _wait_disconnected(client)
+                    await wait_disconnected(client)
             except _NETWORK_ERRORS as exc:
                 if self._stopping:
                     break
@@ -465,88 +463,3 @@ class MqttTransport:
             return  # never produced by peers of this swarm (they publish bytes)
         item = TransportMessage(topic=message.topic.value, data=bytes(payload), via=None)
         inbox.offer(item, len(payload))
-
-
-class _Outage:
-    """The log of one broker outage: one WARNING per distinct cause, a reminder every
-    `_OUTAGE_REPORT_S`, one INFO line when it ends; DEBUG for every other attempt."""
-
-    def __init__(self, broker: str) -> None:
-        self.broker = broker
-        self.started: float | None = None
-        self.attempts = 0
-        self.dropped_before = 0
-        self.causes: set[str] = set()
-        self.reported = 0.0
-
-    def failed(self, cause: str, delay: float, dropped: int) -> None:
-        now = time.monotonic()
-        if self.started is None:
-            self.started, self.reported, self.dropped_before = now, now, dropped
-        self.attempts += 1
-        if cause not in self.causes and len(self.causes) < _MAX_CAUSES_LOGGED:
-            self.causes.add(cause)
-            log.warning(
-                "MQTT broker %s unavailable: %s; reconnecting with backoff up to %.0f s, "
-                "publishes are dropped and counted meanwhile",
-                self.broker,
-                cause,
-                _BACKOFF_MAX_S,
-            )
-        elif now - self.reported >= _OUTAGE_REPORT_S:
-            self.reported = now
-            log.warning(
-                "MQTT broker %s still unavailable after %.0f s (%d attempts, %d publishes "
-                "dropped); still retrying",
-                self.broker,
-                now - self.started,
-                self.attempts,
-                dropped - self.dropped_before,
-            )
-        else:
-            log.debug(
-                "MQTT broker %s: attempt failed (%s); next in ~%.1f s", self.broker, cause, delay
-            )
-
-    def ended(self, dropped: int, topics: int) -> None:
-        if self.started is None:
-            log.info("connected to MQTT broker %s", self.broker)
-            return
-        log.info(
-            "reconnected to MQTT broker %s after %.1f s (%d failed attempts, %d publishes "
-            "dropped meanwhile, %d topics re-subscribed)",
-            self.broker,
-            time.monotonic() - self.started,
-            self.attempts,
-            dropped - self.dropped_before,
-            topics,
-        )
-        self.started = None
-        self.attempts = 0
-        self.causes.clear()
-
-
-async def _wait_disconnected(client: aiomqtt.Client) -> None:
-    """Wait until the broker connection drops, then raise `MqttError`.
-
-    aiomqtt's message iterator also ends on disconnection; its queue never holds a
-    message here (`_inbox_queue_type`), so it yields nothing.
-    """
-    async for _ in client.messages:
-        raise RuntimeError("aiomqtt queued a message; the inbox queue type was bypassed")
-
-
-def _inbox_queue_type(
-    on_message: Callable[[aiomqtt.Message], None],
-) -> type[asyncio.Queue[aiomqtt.Message]]:
-    """aiomqtt's incoming-queue class: hands every message to `on_message`, keeps none."""
-
-    class InboxQueue(asyncio.Queue[aiomqtt.Message]):
-        def put_nowait(self, item: aiomqtt.Message) -> None:
-            on_message(item)
-
-    return InboxQueue
-
-
-def _subscribe_options() -> SubscribeOptions:
-    return SubscribeOptions(qos=_QOS, noLocal=True)

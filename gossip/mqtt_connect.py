@@ -1,4 +1,5 @@
-"""How `gossip.mqtt.MqttTransport` connects: TLS, credentials, and why an attempt failed.
+"""How `gossip.mqtt.MqttTransport` connects: TLS, credentials, why an attempt failed, and
+the aiomqtt client's plumbing (subscription options, incoming queue, disconnect wait).
 
 Invariants:
 - Credentials are resolved once, when the transport is built (`broker_credentials`):
@@ -28,16 +29,19 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiomqtt
 from aiomqtt.exceptions import MqttConnectError
 from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from swarm.config.network import MqttTransportConfig
 from swarm.errors import ConfigError
@@ -50,6 +54,9 @@ __all__ = [
     "ClosedBeforeConnack",
     "broker_credentials",
     "describe_failure",
+    "inbox_queue_type",
+    "subscribe_options",
+    "wait_disconnected",
     "warn_if_password_in_clear",
 ]
 
@@ -327,3 +334,30 @@ class BrokerClient(aiomqtt.Client):
 def _fail_pending(future: Any, error: BaseException) -> None:
     if not future.done():  # not already answered, nor cancelled by the connect timeout
         future.set_exception(error)
+
+
+async def wait_disconnected(client: aiomqtt.Client) -> None:
+    """Wait until the broker connection drops, then raise `MqttError`.
+
+    aiomqtt's message iterator also ends on disconnection; its queue never holds a
+    message here (`inbox_queue_type`), so it yields nothing.
+    """
+    async for _ in client.messages:
+        raise RuntimeError("aiomqtt queued a message; the inbox queue type was bypassed")
+
+
+def inbox_queue_type(
+    on_message: Callable[[aiomqtt.Message], None],
+) -> type[asyncio.Queue[aiomqtt.Message]]:
+    """aiomqtt's incoming-queue class: hands every message to `on_message`, keeps none."""
+
+    class InboxQueue(asyncio.Queue[aiomqtt.Message]):
+        def put_nowait(self, item: aiomqtt.Message) -> None:
+            on_message(item)
+
+    return InboxQueue
+
+
+def subscribe_options(qos: int) -> SubscribeOptions:
+    """Our subscriptions: at `qos`, and never our own publishes back (MQTT v5 No Local)."""
+    return SubscribeOptions(qos=qos, noLocal=True)

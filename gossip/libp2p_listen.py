@@ -1,0 +1,71 @@
+"""Where a libp2p node listens: the listen port checked before use, and the addresses
+the node announces.
+
+Invariants:
+- `refuse_taken_port` raises `ConfigError` when another socket already listens on the
+  configured TCP address (py-libp2p's SO_REUSEPORT would otherwise let a second node
+  share the port), and never for a free port, a port in TIME_WAIT, port 0 or an address
+  libp2p itself will report on.
+- `announced_addrs` lists every listen address with `/p2p/<peer id>`, a wildcard
+  `0.0.0.0` expanded to this machine's IPv4 interfaces (a peer cannot dial 0.0.0.0).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import multiaddr
+from libp2p.abc import IHost
+from libp2p.utils.address_validation import get_available_interfaces
+
+from swarm.errors import ConfigError
+
+_FAMILIES = {"ip4": socket.AF_INET, "ip6": socket.AF_INET6}
+
+
+def announced_addrs(host: IHost, peer_id: str) -> list[str]:
+    """`host`'s listen addresses as peers dial them (module docstring)."""
+    suffix = f"/p2p/{peer_id}"
+    out: list[str] = []
+    for addr in host.get_transport_addrs():
+        names = [proto.name for proto in addr.protocols()]
+        ip = addr.value_for_protocol("ip4") if "ip4" in names else None
+        if ip == "0.0.0.0":
+            port = int(addr.value_for_protocol("tcp"))
+            expanded = [a for a in get_available_interfaces(port) if "/ip4/" in str(a)]
+        else:
+            expanded = [addr]
+        out.extend(f"{a}{suffix}" for a in expanded)
+    return out
+
+
+def refuse_taken_port(listen: str) -> None:
+    """Raise ConfigError if another socket already listens on `listen`'s TCP address.
+
+    py-libp2p listens with SO_REUSEPORT (so that hole punching can dial from the listen
+    port), and Linux then lets a second process of the same user listen on the very same
+    address: two nodes configured with one port would both listen, and peers dialing one
+    would reach either at random (the handshake then fails on the peer id). A probe bound
+    without SO_REUSEPORT fails exactly when such a listener exists. Port 0 and non-IP
+    addresses are not checked."""
+    try:
+        parts = {proto.name: value for proto, value in multiaddr.Multiaddr(listen).items()}
+    except Exception:  # noqa: BLE001 - validated by the config; libp2p reports the rest
+        return
+    family = next((f for name, f in _FAMILIES.items() if name in parts), None)
+    port = int(parts.get("tcp", 0) or 0)
+    if family is None or port == 0:
+        return
+    ip = parts["ip4" if family == socket.AF_INET else "ip6"]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
+        try:
+            probe.bind((str(ip), port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return  # e.g. an address not on this machine: libp2p reports it
+            raise ConfigError(
+                f"transport.listen: could not listen on {listen}: another process listens "
+                f"on that port (another node on this machine? give each its own port)"
+            ) from None

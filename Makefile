@@ -52,9 +52,13 @@ demo: $(STAMP)
 js-peer-deps: $(STAMP)
 	$(BIN)/python -m tests.interop.js_peer_setup
 
+# Two pytest-xdist workers: alone, the suite keeps 1.1 of 2 cores busy (much of it waits on
+# node processes, brokers and sockets). TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
+
 test: system-deps $(STAMP) js-peer-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

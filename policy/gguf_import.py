@@ -68,7 +68,8 @@ def convert_gguf_to_hf(model_dir: Path, gguf_file: str, out_dir: Path) -> Path:
     """Load `model_dir/gguf_file` (dequantized), save it as a safetensors HF folder at
     `out_dir` with its tokenizer and generation config; return `out_dir`.
 
-    Skips the work if `out_dir` is already a complete conversion. Raises ImportError
+    Skips the work if `out_dir` is already a complete conversion; where another process
+    completes it during ours, theirs is kept and ours discarded. Raises ImportError
     naming the install command if `gguf` or `accelerate` is missing, FileExistsError if
     `out_dir` exists but is not a complete conversion (never overwritten).
     """
@@ -103,11 +104,23 @@ def convert_gguf_to_hf(model_dir: Path, gguf_file: str, out_dir: Path) -> Path:
         if not is_complete_conversion(tmp):
             missing = [n for n in (*MODEL_FILES, *TOKENIZER_FILES) if not (tmp / n).is_file()]
             raise RuntimeError(f"conversion wrote no {missing} (sharded or renamed output?)")
-        tmp.rename(out_dir)
+        publish_conversion(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def publish_conversion(tmp: Path, out_dir: Path) -> None:
+    """Move the finished conversion `tmp` to `out_dir` in one rename. Where another
+    process (a second node or test worker on this machine) published a complete one
+    meanwhile, that one stands and `tmp` is removed; an incomplete `out_dir` raises."""
+    try:
+        tmp.rename(out_dir)
+    except OSError:
+        if not is_complete_conversion(out_dir):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

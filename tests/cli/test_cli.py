@@ -6,8 +6,11 @@ import json
 import stat
 from pathlib import Path
 
+import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+import cli.main
 from cli.main import app
 from swarm import __version__
 from swarm.config import load_config
@@ -104,7 +107,9 @@ def test_status_summarizes_metrics(tmp_path: Path) -> None:
     assert empty.exit_code == 2
 
 
-def test_status_shows_peer_scores_and_reasons(tmp_path: Path) -> None:
+def test_status_shows_peer_scores_and_reasons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gossip.scoring import PeerScores
     from swarm.config.network import ScoringConfig
 
@@ -132,7 +137,10 @@ def test_status_shows_peer_scores_and_reasons(tmp_path: Path) -> None:
         "seconds": {"sample": 0.5, "score": 0.01, "train": 0.4, "total": 1.0},
     }
     (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
-    result = runner.invoke(app, ["status", str(tmp_path)], env={"COLUMNS": "200"})
+    # A wide console of its own: the module's console fixed its width from COLUMNS when
+    # cli.main was imported (pytest-xdist workers set COLUMNS=80).
+    monkeypatch.setattr(cli.main, "console", Console(width=200))
+    result = runner.invoke(app, ["status", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "1 / 1 / 0" in result.output  # ignored now / ignore periods / forgiven
     assert "ignored 120 s more; forged_rewards: 4" in result.output

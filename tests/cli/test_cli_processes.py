@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from node.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +27,7 @@ def _swarm(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_swarm_train_runs_a_silo_node_and_resumes(tmp_path: Path) -> None:
     config = ROOT / "examples" / "node-silo.toml"
     first = _swarm("train", "-c", str(config), "--rounds", "2", "--data-dir", str(tmp_path))

@@ -439,6 +439,7 @@ def _kill(proc: subprocess.Popen) -> None:
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
 def test_sigkill_mid_checkpoint_write_resumes_from_the_last_complete_one(
     tmp_path: Path, background: bool
@@ -501,6 +502,7 @@ def two_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return data
 
 
+@pytest.mark.slow
 def test_checkpoints_past_a_file_size_limit_fail_without_losing_the_previous_one(
     tmp_path: Path, two_checkpoints: Path
 ) -> None:
@@ -544,6 +546,7 @@ def _tmpfs_problem(mountpoint: Path) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_full_tmpfs_fails_a_checkpoint_frees_room_and_the_next_one_succeeds(
     tmp_path: Path, two_checkpoints: Path
 ) -> None:

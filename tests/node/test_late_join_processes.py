@@ -24,7 +24,7 @@ from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=90)
 
 HEAD_START_ROUNDS = 60
 """Rounds A has done before B starts (the old design refused everything after ~4)."""

@@ -180,6 +180,7 @@ def test_choco_gossip_contracts_geometrically(
     assert min(ratios) > 1.5, ratios
 
 
+@pytest.mark.slow
 def test_choco_sgd_keeps_nodes_close_where_silos_drift(one_thread: None) -> None:
     """With gradient steps toward different optima the spread cannot reach 0 (CHOCO-SGD
     converges to a neighbourhood of consensus whose size scales with the step size), but
@@ -199,6 +200,7 @@ def test_too_large_a_step_diverges(one_thread: None) -> None:
     assert _toy(rounds=150, gamma=0.5)[-1] > _toy(rounds=150, gamma=0.5)[0]
 
 
+@pytest.mark.slow
 def test_a_hostile_node_is_clipped(one_thread: None) -> None:
     """A node publishing 1000x its q: honest nodes stay finite and near their optima's
     range and still contract; without clipping the same node blows them up."""

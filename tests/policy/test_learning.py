@@ -91,6 +91,7 @@ def test_runs_are_deterministic_for_a_seed() -> None:
         assert torch.equal(sa[k], sb[k]), k
 
 
+@pytest.mark.slow
 def test_tiny_model_learns_the_digit_task_from_scratch() -> None:
     curve, trainer = _run("digit", 300, lr=3e-4, batch=8, max_new_tokens=2)
     first, last = _first_last(curve)
@@ -100,6 +101,7 @@ def test_tiny_model_learns_the_digit_task_from_scratch() -> None:
     assert trainer.policy_version > 150  # most steps had informative groups
 
 
+@pytest.mark.slow(seconds=150)
 def test_tiny_model_learns_addition_after_a_weak_warm_start() -> None:
     curve, _ = _run(
         "add", 400, lr=1e-4, batch=16, max_new_tokens=3, temperature=0.7, warmup_steps=30

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.workers import cores_per_worker
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = REPO / ".cache" / "smollm2-135m-instruct"
 
@@ -30,7 +32,9 @@ def smollm2_dir() -> Path:
 
 @pytest.fixture
 def two_threads() -> Iterator[None]:
+    """Two torch threads for the real model, or fewer where test workers share the
+    cores (more threads than cores spin against each other: 4x slower steps measured)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(min(2, cores_per_worker()))
     yield
     torch.set_num_threads(before)

@@ -62,6 +62,7 @@ def test_poisoner_is_refused_on_stub_nodes() -> None:
         parse_scenario(data)
 
 
+@pytest.mark.slow
 def test_honest_nodes_survive_poisoned_deltas(tmp_path: Path) -> None:
     off, _, _ = _run(tmp_path / "off", {"enabled": False})
     on, lines, sim = _run(tmp_path / "on", {"enabled": True, "every_k_steps": 2})

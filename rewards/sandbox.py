@@ -24,6 +24,12 @@ Invariants:
   that job, so no thread outlives the job that started it by more than the worker's kill.
 - A job's own exception travels back and is re-raised in the caller (with the worker's
   traceback as a note); a worker that dies (crash, out of memory) is `WorkerDied`.
+- Workers ignore SIGINT, and so does the fork server from its start where `context` is
+  called on the main thread (it is then started at once, inheriting SIGINT ignored,
+  rather than by the first worker). Ctrl-C at a terminal interrupts the whole process
+  group: the node stops on it and stops its workers itself, where an interrupted worker
+  or a fork server still importing its preload printed a KeyboardInterrupt traceback
+  each. SIGTERM and SIGKILL still end them.
 """
 
 from __future__ import annotations
@@ -31,9 +37,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import shutil
+import signal
 import tempfile
 import threading
 import traceback
@@ -76,7 +84,25 @@ def context(method: str | None = None, preload: Sequence[str] = ()) -> BaseConte
     ctx = multiprocessing.get_context(name)
     if name == "forkserver":
         ctx.set_forkserver_preload(list(dict.fromkeys(["__main__", *PRELOAD, *preload])))
+        _start_fork_server_ignoring_interrupts()
     return ctx
+
+
+def _start_fork_server_ignoring_interrupts() -> None:
+    """Start the fork server now with SIGINT ignored, which it inherits (Python keeps an
+    inherited SIG_IGN) through its preload imports. Only the main thread may change a
+    signal's handling; elsewhere the server starts with the first worker, as before. A
+    Ctrl-C in the few milliseconds of the start is ignored by this process too."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is None:  # installed outside Python: it could not be put back
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 # ---- worker side -------------------------------------------------------------------------
@@ -88,6 +114,7 @@ def serve(conn: Connection, workdir: str, preload: Sequence[str]) -> None:
     Replies `("ready", pid)` once, then per job `(status, value, leaked_threads,
     reward_counters)`, status `ok` (value: the result) or `raised` (value: the exception,
     or a `RuntimeError` describing one that does not pickle)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner stops us (see the invariants)
     os.chdir(workdir)
     for module in (*PRELOAD, *preload):
         importlib.import_module(module)

@@ -18,9 +18,16 @@ from node.metrics import read_metrics
 pytestmark = pytest.mark.slow
 
 
-def _join(config: Path, rounds: int, log: Path, wait_peers: int = 0) -> subprocess.Popen:
+def _join(
+    config: Path, rounds: int, log: Path, wait_peers: int = 0, own_process_group: bool = False
+) -> subprocess.Popen:
     return spawn_join(
-        config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=wait_peers
+        config,
+        rounds,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("a"),
+        wait_peers=wait_peers,
+        own_process_group=own_process_group,
     )
 
 
@@ -116,11 +123,13 @@ def test_ctrl_c_stops_cleanly_with_a_checkpoint(tmp_path: Path) -> None:
     config = write_configs(1, 1000, tmp_path)[0]
     data = tmp_path / "node-0"
     log = tmp_path / "node-0.log"
-    proc = _join(config, 1000, log)
+    proc = _join(config, 1000, log, own_process_group=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(read_metrics(data / "metrics.jsonl")) < 3:
         time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGINT)
+    # As a terminal's Ctrl-C: the whole process group, the node's workers included (each
+    # printed a KeyboardInterrupt traceback when they did not ignore it).
+    os.killpg(proc.pid, signal.SIGINT)
     assert _wait([proc], 60) == [0], log.read_text()[-3000:]
     done = len(read_metrics(data / "metrics.jsonl"))
     assert done >= 3

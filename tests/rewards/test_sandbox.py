@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import operator
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,3 +73,39 @@ def test_a_worker_that_dies_is_replaced(sandbox: Sandbox) -> None:
         sandbox.call(os._exit, (3,), ENOUGH_S)
     assert sandbox.call(operator.add, (1, 1), ENOUGH_S) == 2
     assert sandbox.counts["deaths"] == 1 and sandbox.counts["starts"] == 2
+
+
+def test_a_terminals_ctrl_c_leaves_the_worker_to_its_owner(sandbox: Sandbox) -> None:
+    """Ctrl-C interrupts a terminal's whole process group: the worker must not die of it
+    (nor print a traceback); the node stops it when it stops."""
+    pid = sandbox.call(os.getpid, (), ENOUGH_S)
+    os.kill(pid, signal.SIGINT)
+    time.sleep(0.2)  # a SIGINT that ends the worker has done so by now
+    assert sandbox.call(os.getpid, (), ENOUGH_S) == pid
+    assert sandbox.counts["starts"] == 1 and sandbox.counts["deaths"] == 0
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # ours is intact
+
+
+FORK_SERVER_PROBE = """
+import multiprocessing.forkserver, sys
+from rewards.sandbox import context
+context("forkserver")
+pid = multiprocessing.forkserver._forkserver._forkserver_pid
+ignored = [l for l in open(f"/proc/{pid}/status") if l.startswith("SigIgn:")][0].split()[1]
+print(int(ignored, 16) >> (2 - 1) & 1)  # SIGINT is signal 2
+"""
+
+
+@pytest.mark.skipif(
+    start_method() != "forkserver" or not Path("/proc/self/status").exists(),
+    reason="needs the forkserver start method and /proc (Linux)",
+)
+def test_the_fork_server_ignores_ctrl_c_from_its_start() -> None:
+    """Its preload imports take seconds of a node's start-up; a Ctrl-C then printed a
+    KeyboardInterrupt traceback from it. Started from the main thread, it ignores SIGINT
+    from the start (a fresh process: the fork server is one per process)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "1"

@@ -4,8 +4,8 @@ the node announces.
 Invariants:
 - `refuse_taken_port` raises `ConfigError` when another socket already listens on the
   configured TCP address (py-libp2p's SO_REUSEPORT would otherwise let a second node
-  share the port), and never for a free port, a port in TIME_WAIT, port 0 or an address
-  libp2p itself will report on.
+  share the port), when the address is not one of this machine's, or when the port
+  needs privileges; never for a free port, a port in TIME_WAIT or port 0.
 - `announced_addrs` lists every listen address with `/p2p/<peer id>`, a wildcard
   `0.0.0.0` expanded to this machine's IPv4 interfaces (a peer cannot dial 0.0.0.0).
 """
@@ -63,9 +63,18 @@ def refuse_taken_port(listen: str) -> None:
         try:
             probe.bind((str(ip), port))
         except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                return  # e.g. an address not on this machine: libp2p reports it
-            raise ConfigError(
-                f"transport.listen: could not listen on {listen}: another process listens "
-                f"on that port (another node on this machine? give each its own port)"
-            ) from None
+            why = _UNUSABLE.get(exc.errno or 0)
+            if why is None:
+                return  # libp2p's own attempt reports it
+            raise ConfigError(f"transport.listen: could not listen on {listen}: {why}") from None
+
+
+_UNUSABLE = {
+    errno.EADDRINUSE: "another process listens on that port (another node on this machine? "
+    "give each its own port)",
+    errno.EADDRNOTAVAIL: "that IP address is not one of this machine's (use /ip4/0.0.0.0/tcp/"
+    "<port> to listen on all of them, and announce the public one through NAT traversal "
+    "or port forwarding)",
+    errno.EACCES: "ports below 1024 need root; pick one above (4001 is libp2p's usual)",
+}
+"""Why the probe's bind failed, as the user can act on it (others: libp2p reports them)."""

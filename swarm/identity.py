@@ -87,6 +87,27 @@ def peer_id_from_public_bytes(public: bytes) -> str:
     return b58encode(_MH_IDENTITY_PREFIX + _PB_ED25519_PREFIX + public)
 
 
+_MH_SHA2_256 = 0x12
+
+
+def is_peer_id_text(text: str) -> bool:
+    """Whether `text` is a libp2p peer id as logs print it: base58btc of a multihash,
+    identity (`12D3KooW...`, an inlined key) or sha2-256 (`Qm...`, a hashed larger key),
+    whatever the key type. Catches ids cut short or mistyped when copied by hand."""
+    if not 0 < len(text) <= PEER_ID_MAX_CHARS:
+        return False
+    try:
+        raw = b58decode(text)
+    except ValueError:
+        return False
+    if len(raw) < 2 or raw[1] >= 0x80:  # every digest a peer id holds is < 128 bytes
+        return False
+    code, length = raw[0], raw[1]
+    if code == _MH_SHA2_256 and length != 32:
+        return False
+    return code in (0x00, _MH_SHA2_256) and len(raw) == 2 + length
+
+
 def public_bytes_from_peer_id(peer_id: str) -> bytes:
     """Recover the Ed25519 public key inside a peer id; WireError if it holds none."""
     if not isinstance(peer_id, str) or not 0 < len(peer_id) <= PEER_ID_MAX_CHARS:

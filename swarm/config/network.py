@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from swarm.config.base import StrictModel
+from swarm.identity import is_peer_id_text
 
 ONE_MIB = 1 << 20
 
 
 def _check_multiaddr(value: str) -> str:
+    """The parts a user types by hand, checked: an IP address after /ip4 or /ip6, a port
+    after /tcp or /udp. (Other protocols are left to libp2p, which names them.)"""
     if not value.startswith("/"):
         raise ValueError(f"{value!r} is not a multiaddr (expected e.g. /ip4/127.0.0.1/tcp/4001)")
+    parts = value.split("/")[1:]
+    for name, text in zip(parts, [*parts[1:], ""], strict=True):
+        if name in ("ip4", "ip6"):
+            version = 4 if name == "ip4" else 6
+            try:
+                ok = ipaddress.ip_address(text).version == version
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"{value!r}: {text!r} is not an IPv{version} address")
+        elif name in ("tcp", "udp") and not (text.isdigit() and int(text) < 65536):
+            raise ValueError(f"{value!r}: {text!r} is not a port (0 to 65535)")
     return value
 
 
@@ -67,7 +83,14 @@ class Libp2pTransportConfig(StrictModel):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
-        return _check_multiaddr(v)
+        _check_multiaddr(v)
+        parts = v.split("/")
+        if len(parts) != 5 or parts[1] not in ("ip4", "ip6") or parts[3] != "tcp":
+            raise ValueError(
+                f"{v!r}: a node listens on TCP at an IP address of this machine: "
+                "/ip4/<address>/tcp/<port> (or /ip6/...), e.g. /ip4/0.0.0.0/tcp/4001"
+            )
+        return v
 
     @model_validator(mode="after")
     def _peer_counts(self) -> Libp2pTransportConfig:
@@ -91,6 +114,14 @@ class Libp2pTransportConfig(StrictModel):
             _check_multiaddr(addr)
             if "/p2p/" not in addr:
                 raise ValueError(f"{addr!r} lacks /p2p/<peer id>; copy it from the peer's log")
+            parts = addr.split("/")
+            for peer in (parts[i + 1] for i, part in enumerate(parts[:-1]) if part == "p2p"):
+                if not is_peer_id_text(peer):
+                    raise ValueError(
+                        f"{addr!r}: {peer!r} is not a peer id (cut short or mistyped? ids "
+                        "look like 12D3KooW... and have 52 characters); copy the whole "
+                        "address from the peer's log"
+                    )
         return v
 
 

@@ -174,6 +174,18 @@ def test_listen_failure_fails_start(free_tcp_port: int) -> None:
     asyncio.run(main())
 
 
+def test_an_address_not_on_this_machine_is_a_config_error(free_tcp_port: int) -> None:
+    """A typo'd or another machine's IP (203.0.113.0/24 is reserved for documentation)."""
+
+    async def main() -> None:
+        listen = f"/ip4/203.0.113.7/tcp/{free_tcp_port}"
+        transport = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())
+        with pytest.raises(ConfigError, match=r"not one of this machine's.*0\.0\.0\.0"):
+            await transport.start()
+
+    asyncio.run(main())
+
+
 def test_a_second_node_on_a_taken_port_fails_start(free_tcp_port: int) -> None:
     """py-libp2p listens with SO_REUSEPORT, so without our probe a second node on the
     same address would listen too and take half of the first one's incoming dials."""

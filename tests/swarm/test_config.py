@@ -16,6 +16,7 @@ from swarm.config import (
     parse_config,
 )
 from swarm.errors import ConfigError
+from swarm.identity import Identity
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -75,6 +76,61 @@ def test_key_of_other_transport_type_refused() -> None:
 def test_bootstrap_without_peer_id_refused() -> None:
     message = error_of({"transport": {"type": "libp2p", "bootstrap": ["/ip4/1.2.3.4/tcp/4001"]}})
     assert "/p2p/" in message
+
+
+@pytest.mark.parametrize(
+    "peer",
+    [
+        "12D3KooWnotapeerid",  # typed by hand
+        "12D3KooWSfTbWvXDWkb3HMgTCmVrRtF8ZF4FJ8fJie2AXv69z9w",  # the last character lost
+        "12D3KooWSfTbWvXDWkb3HMgTCmVrRtF8ZF4FJ8fJie2AXv69z9wS0",  # a 0 is not base58
+        "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5",  # a sha2-256 id cut short
+    ],
+)
+def test_bootstrap_with_a_broken_peer_id_names_it(peer: str) -> None:
+    addr = f"/ip4/1.2.3.4/tcp/4001/p2p/{peer}"
+    message = error_of({"transport": {"type": "libp2p", "bootstrap": [addr]}})
+    assert "transport.libp2p.bootstrap" in message and f"{peer!r} is not a peer id" in message
+
+
+def test_bootstrap_peer_ids_of_any_key_type_and_through_relays_are_accepted() -> None:
+    ed25519 = Identity.generate().peer_id
+    hashed = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"  # an RSA key's (sha2-256) id
+    relayed = f"/ip4/1.2.3.4/tcp/4001/p2p/{hashed}/p2p-circuit/p2p/{ed25519}"
+    addrs = [f"/ip4/1.2.3.4/tcp/4001/p2p/{ed25519}", relayed]
+    config = parse_config({"transport": {"type": "libp2p", "bootstrap": addrs}})
+    assert config.transport.bootstrap == addrs
+    broken = relayed.replace(ed25519, ed25519[:-3])
+    message = error_of({"transport": {"type": "libp2p", "bootstrap": [broken]}})
+    assert f"{ed25519[:-3]!r} is not a peer id" in message
+
+
+@pytest.mark.parametrize(
+    ("listen", "says"),
+    [
+        ("/ip4/999.1.1.1/tcp/4001", "'999.1.1.1' is not an IPv4 address"),
+        ("/ip4/127.0.0.1/tcp/99999", "'99999' is not a port"),
+        ("/ip6/127.0.0.1/tcp/4001", "'127.0.0.1' is not an IPv6 address"),
+        ("/ip4/127.0.0.1/udp/4001", "listens on TCP"),
+        ("/ip4/127.0.0.1", "listens on TCP"),
+    ],
+)
+def test_a_mistyped_listen_address_names_the_part(listen: str, says: str) -> None:
+    message = error_of({"transport": {"type": "libp2p", "listen": listen}})
+    assert "transport.libp2p.listen" in message and says in message
+
+
+def test_a_bootstrap_address_with_a_bad_ip_or_port_names_it() -> None:
+    peer = Identity.generate().peer_id
+    for addr, says in [
+        (f"/ip4/10.0.0/tcp/4001/p2p/{peer}", "'10.0.0' is not an IPv4"),
+        (f"/ip4/10.0.0.1/tcp/port/p2p/{peer}", "'port' is not a port"),
+    ]:
+        message = error_of({"transport": {"type": "libp2p", "bootstrap": [addr]}})
+        assert "transport.libp2p.bootstrap" in message and says in message
+    addrs = [f"/ip6/::1/tcp/4001/p2p/{peer}", f"/dns4/example.org/tcp/4001/p2p/{peer}"]
+    config = parse_config({"transport": {"type": "libp2p", "bootstrap": addrs}})
+    assert config.transport.bootstrap == addrs
 
 
 def test_bad_swarm_id_refused() -> None:

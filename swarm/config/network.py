@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -168,6 +169,34 @@ class MqttTlsConfig(StrictModel):
         return self
 
 
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+
+
+def _check_host(value: str) -> str:
+    """A broker host as the network resolves it: a DNS name or an IP address, alone. A URL
+    or a port in it would only fail to resolve, again and again, while the node trains
+    alone; say what to write instead."""
+    scheme, sep, rest = value.partition("://")
+    if sep:
+        tls = " (and TLS in transport.tls)" if scheme.lower() in ("mqtts", "ssl", "tls") else ""
+        raise ValueError(
+            f"{value!r}: write the host alone, {rest.split('/')[0].split(':')[0]!r}; the "
+            f"port goes in transport.port{tls}"
+        )
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    name, colon, port = value.rpartition(":")
+    if colon and port.isdigit():
+        raise ValueError(f"{value!r}: write the host alone, {name!r}, and {port} in transport.port")
+    labels = value[:-1].split(".") if value.endswith(".") else value.split(".")
+    if not value or len(value) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+        raise ValueError(f"{value!r} is not a host name or an IP address of the MQTT broker")
+    return value
+
+
 class MqttTransportConfig(StrictModel):
     type: Literal["mqtt"] = "mqtt"
     host: str = "127.0.0.1"
@@ -197,6 +226,11 @@ class MqttTransportConfig(StrictModel):
     max_queued_bytes: int = Field(64 * ONE_MIB, ge=ONE_MIB)
     """Memory bound on received messages waiting for the node to read them; the newest
     are dropped and counted beyond it."""
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return _check_host(v)
 
     @field_validator("password_file")
     @classmethod

@@ -86,6 +86,9 @@ def test_restarted_node_rejoins_through_its_peer_book_when_bootstrap_is_dead(
     c_args = ("--bootstrap", a.addrs[0], "--seed", seed, "--peer-book", str(book))
     c = px_peer(spawn_peer, "C", *c_args).ready()
     wait_connected(c, a.peer_id, b.peer_id)
+    # A peer enters the book once identified (its protocols known), which can lag the
+    # connection by a moment on a loaded machine: a stop before that forgets it.
+    wait_all(lambda: discovery(c)["book_peers"] == 2, TIMEOUT_S, "C to book both peers")
     c.stop()
     rows = json.loads(book.read_text())["peers"]
     assert {r["id"] for r in rows} == {a.peer_id, b.peer_id}

@@ -133,6 +133,26 @@ def test_a_bootstrap_address_with_a_bad_ip_or_port_names_it() -> None:
     assert config.transport.bootstrap == addrs
 
 
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        ("mqtt://broker.example.org", "write the host alone, 'broker.example.org'; the port"),
+        ("mqtts://broker.example.org:8883/", "the port goes in transport.port (and TLS"),
+        ("broker.example.org:1883", "'broker.example.org', and 1883 in transport.port"),
+        ("", "is not a host name"),
+        ("bad host", "is not a host name"),
+    ],
+)
+def test_a_broker_host_with_a_url_or_port_says_what_to_write(host: str, says: str) -> None:
+    message = error_of({"transport": {"type": "mqtt", "host": host}})
+    assert "transport.mqtt.host" in message and says in message
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "mqtt.example.org", "a-b.c_d."])
+def test_broker_host_names_and_addresses_are_accepted(host: str) -> None:
+    assert parse_config({"transport": {"type": "mqtt", "host": host}}).transport.host == host
+
+
 def test_bad_swarm_id_refused() -> None:
     assert "node.swarm_id" in error_of({"node": {"swarm_id": "has spaces"}})
 

@@ -38,6 +38,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from swarm.errors import ConfigError
+
 log = logging.getLogger("swarm.node.checkpoints")
 
 _NAME = re.compile(r"^round-(\d{8})$")
@@ -225,3 +227,14 @@ def discard_failed(data_dir: Path, directory: Path, error: OSError) -> Path | No
     prune(data_dir, keep=1 if error.errno in NO_SPACE else 2)
     valid = [p for p in list_checkpoints(data_dir) if is_valid(p)]
     return valid[-1] if valid else None
+
+
+def foreign_model_error(data_dir: Path, newest: Path, theirs: str, ours: str) -> ConfigError:
+    """Why a node refuses a data dir whose newest checkpoint is another model's that ours
+    cannot load: resuming past it would start from scratch and, rounds later, prune that
+    model's training."""
+    return ConfigError(
+        f"{data_dir} holds checkpoints of another model ({theirs!r}, newest {newest.name}) "
+        f"that this node's model ({ours!r}) cannot load: give this node its own "
+        "node.data_dir, or set model.name_or_path back to continue that training"
+    )

@@ -187,6 +187,11 @@ class Node:
             try:
                 self.learner.load(directory)
             except (ValueError, OSError) as exc:  # torn or foreign learner files
+                theirs = state.get("model_id")
+                if theirs is not None and theirs != self.learner.model_id:
+                    raise checkpoints.foreign_model_error(
+                        self.data_dir, directory, theirs, self.learner.model_id
+                    ) from None
                 log.warning("skipping checkpoint %s: %s", directory, exc)
                 continue
             self.rounds_done = int(state["rounds_done"])

@@ -37,6 +37,7 @@ from node.build import apply_overrides
 from node.metrics import MetricsWriter, read_metrics
 from node.runner import Node
 from simnet.stub import StubLearner
+from swarm.errors import ConfigError
 from tests.node.helpers import stub_config, stub_node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,6 +260,35 @@ def test_resume_falls_back_past_garbage_and_torn_checkpoints(
     asyncio.run(second.run(6))  # rounds 6..11: writes 10 and 11 anew
     assert checkpoints.read_node_state(newest)["pool"]["rng"] != [1]  # type: ignore[index]
     assert _names(data) == ["round-00000010", "round-00000011"]
+
+
+class _OtherModel(StubLearner):
+    """Another model, whose weights do not fit a stub checkpoint (as a 135M model's do
+    not fit the tiny model's: torch's load_state_dict raises a size mismatch)."""
+
+    model_id = "other"
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        raise ValueError(f"size mismatch loading {directory}")
+
+
+def test_a_data_dir_of_another_model_is_refused_and_its_checkpoints_kept(
+    tmp_path: Path,
+) -> None:
+    """Found by hand: pointing a node's config at another model kept its data dir, and
+    the node skipped every checkpoint with a warning and trained from scratch, so that
+    rounds later pruning would delete the first model's training."""
+    config = stub_config(tmp_path, "m", external_groups=0)
+    first = stub_node(config, MemoryNetwork("model-1"))
+    asyncio.run(first.run(10))
+    before = _names(first.data_dir)
+    other = stub_node(config, MemoryNetwork("model-2"))
+    other.learner = _OtherModel(config.sampler.group_size, config.rewards, skill=0.3)
+    with pytest.raises(ConfigError, match="another model \\('stub', newest round-00000010\\)"):
+        other.resume()
+    assert _names(first.data_dir) == before
+    again = stub_node(config, MemoryNetwork("model-3"))
+    assert again.resume() == checkpoints.checkpoint_dir(first.data_dir, 10)
 
 
 # ---- the metrics writer on a failing disk --------------------------------------------

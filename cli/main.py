@@ -175,6 +175,13 @@ def _override_args(
     return overrides
 
 
+def _source(config_path: Path, **flags: Any) -> str:
+    """Where a mistake in the overridden config comes from: the file itself was already
+    validated, so it is one of the flags given (named, as the user typed them)."""
+    given = [f"--{name.replace('_', '-')}" for name, value in flags.items() if value]
+    return f"{config_path} with {' '.join(given)}" if given else str(config_path)
+
+
 BootstrapOpt = Annotated[
     list[str] | None, typer.Option("--bootstrap", help="Peer multiaddr (repeatable).")
 ]
@@ -258,7 +265,7 @@ def join(
     config = apply_overrides(
         load_config(config_path),
         _override_args(bootstrap, listen, data_dir, name),
-        str(config_path),
+        _source(config_path, bootstrap=bootstrap, listen=listen, data_dir=data_dir, name=name),
     )
 
     def show(report: Any) -> None:
@@ -425,7 +432,9 @@ def peers(
     from node.listen import listen_and_print
 
     config = apply_overrides(
-        load_config(config_path), _override_args(bootstrap, listen, None, None), str(config_path)
+        load_config(config_path),
+        _override_args(bootstrap, listen, None, None),
+        _source(config_path, bootstrap=bootstrap, listen=listen),
     )
     with hold_node(config, "peers"):
         asyncio.run(listen_and_print(config, seconds, lambda line: print(line, flush=True)))

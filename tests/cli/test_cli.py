@@ -145,3 +145,13 @@ def test_status_shows_peer_scores_and_reasons(
     assert "1 / 1 / 0" in result.output  # ignored now / ignore periods / forgiven
     assert "ignored 120 s more; forged_rewards: 4" in result.output
     assert "heard; unknown_task: 1" in result.output
+
+
+def test_a_bad_flag_is_named_as_the_flag_not_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "node.toml"
+    assert runner.invoke(app, ["init", str(config)]).exit_code == 0
+    bad = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWcutshort"
+    result = runner.invoke(app, ["join", "-c", str(config), "--bootstrap", bad])
+    assert result.exit_code == 2
+    assert f"{config} with --bootstrap: transport.libp2p.bootstrap" in result.output
+    assert "'12D3KooWcutshort' is not a peer id" in result.output

@@ -15,6 +15,8 @@ Invariants:
 - A process that finds a lock held raises `ConfigError` naming the path, the holder's
   pid and command (which a holder writes into its lock files once it holds them all)
   and the fix; it writes into no lock file.
+- A data dir (or key file folder) that cannot be created or written is a `ConfigError`
+  naming the setting, before anything else touches it.
 - Lock files are never deleted: deleting a held one would let a second process lock a
   new file of the same name.
 """
@@ -50,8 +52,9 @@ def hold_node(config: NodeConfig, command: str) -> Iterator[None]:
     `ConfigError` if another process holds one."""
     fds: list[int] = []
     try:
-        for path in lock_paths(config):
-            fds.append(_lock(path))
+        fields = ("node.data_dir", "node.key_file")  # in lock_paths' order
+        for path, field in zip(lock_paths(config), fields, strict=False):
+            fds.append(_lock(path, field))
         for fd in fds:  # all taken: say who holds them
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} swarm {command}\n".encode(), 0)
@@ -61,10 +64,17 @@ def hold_node(config: NodeConfig, command: str) -> Iterator[None]:
             os.close(fd)  # releases its flock
 
 
-def _lock(path: Path) -> int:
-    """A descriptor of `path` holding its exclusive flock, or ConfigError."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def _lock(path: Path, field: str) -> int:
+    """A descriptor of `path` holding its exclusive flock, or ConfigError (also for a
+    folder that cannot be made or written: `field` names the setting to change)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(
+            f"{field}: cannot use {path.parent} ({exc.strerror}: {exc.filename}); "
+            "give a folder this user can create and write"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

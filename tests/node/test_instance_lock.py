@@ -37,6 +37,20 @@ def test_a_second_holder_of_the_same_node_is_refused_naming_the_first(tmp_path: 
         assert (tmp_path / "alice" / "node.lock").read_text() == f"{os.getpid()} swarm train\n"
 
 
+def test_a_data_dir_that_cannot_be_made_names_the_setting(tmp_path: Path) -> None:
+    """Found by hand: a data dir under a file, or under /proc, ended `swarm train` in a
+    FileExistsError / FileNotFoundError traceback."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(ConfigError, match=r"^node\.data_dir: cannot use .*a-file/runs"):
+        with hold_node(_config(a_file / "runs"), "train"):
+            pass
+    with pytest.raises(ConfigError, match=r"^node\.key_file: cannot use .*a-file/keys"):
+        with hold_node(_config(tmp_path / "ok", a_file / "keys" / "node.key"), "join"):
+            pass
+    assert not (tmp_path / "ok" / "node.lock").read_text()  # nobody claimed it
+
+
 def test_one_key_file_is_one_running_node_whatever_the_data_dirs(tmp_path: Path) -> None:
     key = tmp_path / "keys" / "shared.key"
     first, second = _config(tmp_path / "a", key), _config(tmp_path / "b", key)

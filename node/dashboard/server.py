@@ -124,7 +124,7 @@ async def serve(dashboard: Dashboard, host: str, port: int) -> web.AppRunner:
         await runner.cleanup()
         raise ConfigError(
             f"dashboard: cannot listen on {host}:{port} ({exc.strerror}): "
-            "choose another address, e.g. --dashboard 127.0.0.1:8601"
+            "choose another address or port, e.g. 127.0.0.1:8601"
         ) from None
     return runner
 

@@ -107,7 +107,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from gossip.inbox import Inbox
 from gossip.libp2p_dialer import Redialer
-from gossip.libp2p_listen import announced_addrs, refuse_taken_port
+from gossip.libp2p_listen import announced_addrs, refuse_unusable_listen
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
     Refusals,
@@ -213,7 +213,7 @@ class Libp2pTransport:
     async def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("transport already started")
-        refuse_taken_port(self.config.listen)
+        refuse_unusable_listen(self.config.listen)
         self._loop = asyncio.get_running_loop()
         self._inbox = Inbox(
             max_messages=self._receive_queue_size,

@@ -2,7 +2,7 @@
 the node announces.
 
 Invariants:
-- `refuse_taken_port` raises `ConfigError` when another socket already listens on the
+- `refuse_unusable_listen` raises `ConfigError` when another socket already listens on the
   configured TCP address (py-libp2p's SO_REUSEPORT would otherwise let a second node
   share the port), when the address is not one of this machine's, or when the port
   needs privileges; never for a free port, a port in TIME_WAIT or port 0.
@@ -40,8 +40,9 @@ def announced_addrs(host: IHost, peer_id: str) -> list[str]:
     return out
 
 
-def refuse_taken_port(listen: str) -> None:
-    """Raise ConfigError if another socket already listens on `listen`'s TCP address.
+def refuse_unusable_listen(listen: str) -> None:
+    """Raise ConfigError if `listen`'s TCP address cannot be ours: another socket already
+    listens there, the IP is not this machine's, or the port needs privileges (`_UNUSABLE`).
 
     py-libp2p listens with SO_REUSEPORT (so that hole punching can dial from the listen
     port), and Linux then lets a second process of the same user listen on the very same

@@ -17,9 +17,11 @@ Invariants:
   this round trains (`node.own_samples`).
 - Checkpoints (`node.checkpointing`) are captured at the end of a round and, by default,
   written in the background while the next rounds train; the last one before `run`
-  returns is written in full. Each round's outputs (metrics, samples, peer table, logger
-  backends) go through `node.round_outputs`: the metrics line before the next round
-  starts, the rest behind, in a writer thread, all of it by the time `run` returns.
+  returns is written in full; what `node.json` holds and resuming from it is
+  `node.resume`. Each round's metrics line is built by `node.round_record`; its outputs
+  (metrics, samples, peer table, logger backends) go through `node.round_outputs`: the
+  metrics line before the next round starts, the rest behind, in a writer thread, all
+  of it by the time `run` returns.
 - Staleness is measured locally (`swarm.staleness`): a group is usable for
   `max_staleness` of our own rounds after it arrived, and while its policy version is
   within `max_version_lag` of what its sender currently runs (the sender's newest
@@ -38,24 +40,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gossip.layer import Gossip, Received
-from node import checkpoints
 from node.checkpointing import Checkpointer
 from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner, LocalGroup
-from node.metrics import histogram, mean_by_key, mean_or_none, round_seconds
+from node.metrics import round_seconds
 from node.model_thread import ModelThread
 from node.own_samples import OwnSamples
 from node.peer_table import OwnProgress
 from node.pool import RolloutPool
+from node.resume import node_state, resume
 from node.round_outputs import RoundOutputs
+from node.round_record import round_record
 from node.selection import training_batch
 from node.supervise import supervise
 from node.workers import InlineRescorer, Rescorer
@@ -180,47 +182,14 @@ class Node:
     # ---- lifecycle -------------------------------------------------------------------
 
     def resume(self) -> Path | None:
-        """Load the newest checkpoint that loads cleanly, if any; return its directory."""
-        for directory in checkpoints.valid_newest_first(self.data_dir):
-            state = checkpoints.read_node_state(directory)
-            assert state is not None
-            try:
-                self.learner.load(directory)
-            except (ValueError, OSError) as exc:  # torn or foreign learner files
-                theirs = state.get("model_id")
-                if theirs is not None and theirs != self.learner.model_id:
-                    raise checkpoints.foreign_model_error(
-                        self.data_dir, directory, theirs, self.learner.model_id
-                    ) from None
-                log.warning("skipping checkpoint %s: %s", directory, exc)
-                continue
-            self.rounds_done = int(state["rounds_done"])
-            self.sender_versions.load_state_dict(state.get("senders", {}))
-            self.gossip.remember_seqs(
-                {s: seq for s, (seq, _) in self.sender_versions.state_dict().items()}
-            )
-            self.tasks.load_state_dict(state["tasks"])
-            self.pool.load_state_dict(state["pool"])
-            log.info("resumed from %s (round %d)", directory, self.rounds_done)
-            return directory
-        return None
-
-    def _node_state(self) -> dict[str, Any]:
-        return {
-            "rounds_done": self.rounds_done,
-            "tasks": self.own_samples.tasks_state(),
-            "senders": self.sender_versions.state_dict(),
-            "pool": self.pool.state_dict(),
-            "peer_id": self.gossip.identity.peer_id,
-            "model_id": self.learner.model_id,
-            "model_family": self.learner.model_family,
-        }
+        """Load the newest checkpoint that loads cleanly, if any (`node.resume`)."""
+        return resume(self)
 
     async def checkpoint(self, *, background: bool = False) -> Path | None:
         """Checkpoint the current round (see `node.checkpointing`): written when this
         returns, or with `background`, captured now and written while training goes on."""
         return await self.checkpointer.checkpoint(
-            self.rounds_done, self.learner, self._node_state(), background=background
+            self.rounds_done, self.learner, node_state(self), background=background
         )
 
     @property
@@ -482,52 +451,34 @@ class Node:
             await self.checkpoint(background=self.config.node.background_checkpoints)
         checkpoint_s = self.timer() - checkpoint_start
 
-        counters = self.gossip.counters.snapshot()
-        record: dict[str, Any] = {
-            "round": self.rounds_done,
-            "policy_version": self.learner.policy_version,
-            "sampled_version": sampled_version,
-            "time": self.clock.now(),
-            "local_groups": len(sampled.groups),
-            "external_groups": len(external),
-            "external_by_sender": dict(Counter(e.sender for e in external)),
-            "external_reward_by_sender": mean_by_key(
-                (e.sender, r) for e in external for r in e.rewards
-            ),
-            "mean_local_reward": mean_or_none(r for g in sampled.groups for r in g.rewards),
-            "mean_external_reward": mean_or_none(r for e in external for r in e.rewards),
-            "age": histogram(chosen_ages),
-            "version_lag": histogram(chosen_lags),
-            "pool_groups": len(self.pool),
-            "peers": len(self.peers),
-            "first_external_round": self.first_external_round,
-            "admission_queue": self._admissions.qsize() if self._admissions is not None else 0,
-            "drops": dict(sorted((self.drops + Counter(counters["dropped"])).items())),
-            "publish_failed": counters["publish_failed"],
-            "rescore": self.rescorer.stats(),
-            "peer_scores": self.gossip.scores.snapshot(),
-            "transport": self._transport_stats(),
-            "checkpoint_errors": self.checkpoint_errors,
-            "metrics_dropped": self._outputs.metrics_dropped if self._outputs is not None else 0,
-            "bytes_in": counters["bytes_in"],
-            "bytes_out": counters["bytes_out"],
-            "seconds": round_seconds(
-                self.timer() - start,
-                critical={
-                    # Sampled ahead (prefetch, overlap): only the wait is this round's.
-                    "sample_wait": sample_wait_s,
-                    "train": trained.train_s,
-                    "publish": publish_s,
-                    "checkpoint": checkpoint_s,
-                    "deltas": delta_s,
-                    "eval": eval_s,
-                },
-                compute={"sample": sampled.sample_s, "score": sampled.score_s},
-            ),
-            "train": trained.stats,
-            "deltas": deltas_record,
-            "eval": evaluation,
-        }
+        seconds = round_seconds(
+            self.timer() - start,
+            critical={
+                # Sampled ahead (prefetch, overlap): only the wait is this round's.
+                "sample_wait": sample_wait_s,
+                "train": trained.train_s,
+                "publish": publish_s,
+                "checkpoint": checkpoint_s,
+                "deltas": delta_s,
+                "eval": eval_s,
+            },
+            compute={"sample": sampled.sample_s, "score": sampled.score_s},
+        )
+        record = round_record(
+            self,
+            sampled=sampled,
+            sampled_version=sampled_version,
+            external=external,
+            ages=chosen_ages,
+            lags=chosen_lags,
+            trained=trained,
+            deltas=deltas_record,
+            evaluation=evaluation,
+            seconds=seconds,
+            admission_queue=self._admissions.qsize() if self._admissions is not None else 0,
+            transport=self._transport_stats(),
+            metrics_dropped=self._outputs.metrics_dropped if self._outputs is not None else 0,
+        )
         self.progress.note(record)
         if self._outputs is not None:
             self._outputs.write(record, sampled.groups, self.intake.peer_rows())

@@ -1,0 +1,65 @@
+"""What a checkpoint holds of a node beyond its learner, and resuming a node from one.
+
+Invariants:
+- `node_state(node)` is `node.json`'s content (schema in `node.checkpoints`): the rounds
+  done, the task cursor, each sender's newest seq and version (the replay floors), the
+  pool's random state, and the peer id, model id and family that wrote it.
+- `resume(node)` loads the newest valid checkpoint whose learner files load, skipping
+  torn or garbage ones with a warning, and restores everything `node_state` saved; the
+  senders' seqs become gossip's replay floors. Nothing is written or removed.
+- A newest valid checkpoint of another model that ours cannot load is a `ConfigError`
+  naming both (resuming past it would train from scratch and, rounds later, prune that
+  model's training); a moved folder of the same model still loads.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from node import checkpoints
+
+if TYPE_CHECKING:
+    from node.runner import Node
+
+log = logging.getLogger("swarm.node")
+
+
+def node_state(node: Node) -> dict[str, Any]:
+    return {
+        "rounds_done": node.rounds_done,
+        "tasks": node.own_samples.tasks_state(),
+        "senders": node.sender_versions.state_dict(),
+        "pool": node.pool.state_dict(),
+        "peer_id": node.gossip.identity.peer_id,
+        "model_id": node.learner.model_id,
+        "model_family": node.learner.model_family,
+    }
+
+
+def resume(node: Node) -> Path | None:
+    """Load the newest checkpoint that loads cleanly, if any; return its directory."""
+    for directory in checkpoints.valid_newest_first(node.data_dir):
+        state = checkpoints.read_node_state(directory)
+        assert state is not None
+        try:
+            node.learner.load(directory)
+        except (ValueError, OSError) as exc:  # torn or foreign learner files
+            theirs = state.get("model_id")
+            if theirs is not None and theirs != node.learner.model_id:
+                raise checkpoints.foreign_model_error(
+                    node.data_dir, directory, theirs, node.learner.model_id
+                ) from None
+            log.warning("skipping checkpoint %s: %s", directory, exc)
+            continue
+        node.rounds_done = int(state["rounds_done"])
+        node.sender_versions.load_state_dict(state.get("senders", {}))
+        node.gossip.remember_seqs(
+            {s: seq for s, (seq, _) in node.sender_versions.state_dict().items()}
+        )
+        node.tasks.load_state_dict(state["tasks"])
+        node.pool.load_state_dict(state["pool"])
+        log.info("resumed from %s (round %d)", directory, node.rounds_done)
+        return directory
+    return None

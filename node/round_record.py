@@ -1,0 +1,68 @@
+"""One round's metrics line (`metrics.jsonl`): what the round did, read off the node.
+
+Invariant: a pure read of the node and the round's results; nothing here changes state
+or waits (it runs on the event loop between two rounds).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from node.learner import ExternalGroup
+from node.metrics import histogram, mean_by_key, mean_or_none
+
+if TYPE_CHECKING:
+    from node.runner import Node
+
+
+def round_record(
+    node: Node,
+    *,
+    sampled: Any,
+    sampled_version: int,
+    external: list[ExternalGroup],
+    ages: list[int],
+    lags: list[int],
+    trained: Any,
+    deltas: dict[str, Any] | None,
+    evaluation: dict[str, Any] | None,
+    seconds: dict[str, Any],
+    admission_queue: int,
+    transport: dict[str, Any] | None,
+    metrics_dropped: int,
+) -> dict[str, Any]:
+    counters = node.gossip.counters.snapshot()
+    return {
+        "round": node.rounds_done,
+        "policy_version": node.learner.policy_version,
+        "sampled_version": sampled_version,
+        "time": node.clock.now(),
+        "local_groups": len(sampled.groups),
+        "external_groups": len(external),
+        "external_by_sender": dict(Counter(e.sender for e in external)),
+        "external_reward_by_sender": mean_by_key(
+            (e.sender, r) for e in external for r in e.rewards
+        ),
+        "mean_local_reward": mean_or_none(r for g in sampled.groups for r in g.rewards),
+        "mean_external_reward": mean_or_none(r for e in external for r in e.rewards),
+        "age": histogram(ages),
+        "version_lag": histogram(lags),
+        "pool_groups": len(node.pool),
+        "peers": len(node.peers),
+        "first_external_round": node.first_external_round,
+        "admission_queue": admission_queue,
+        "drops": dict(sorted((node.drops + Counter(counters["dropped"])).items())),
+        "publish_failed": counters["publish_failed"],
+        "rescore": node.rescorer.stats(),
+        "peer_scores": node.gossip.scores.snapshot(),
+        "transport": transport,
+        "checkpoint_errors": node.checkpoint_errors,
+        "metrics_dropped": metrics_dropped,
+        "bytes_in": counters["bytes_in"],
+        "bytes_out": counters["bytes_out"],
+        "seconds": seconds,
+        "train": trained.stats,
+        "deltas": deltas,
+        "eval": evaluation,
+    }

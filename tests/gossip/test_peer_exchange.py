@@ -63,9 +63,11 @@ def test_chain_node_finds_the_far_end_and_hears_it(spawn_peer: Any) -> None:
     c = px_peer(spawn_peer, "C", "--bootstrap", b.addrs[0]).ready()
     wait_connected(c, a.peer_id, b.peer_id)
     wait_connected(a, c.peer_id)
-    # Each end learns of the other from B; whichever dials first makes the link.
+    # An end learns of the other from B; whichever dials first makes the link, and the
+    # other end may never need to ask B (its periodic query comes later on a loaded
+    # machine), so only one end is sure to have discovered.
     stats, stats_a = discovery(c), discovery(a)
-    assert stats["discovered"] >= 1 and stats_a["discovered"] >= 1, (stats, stats_a)
+    assert stats["discovered"] + stats_a["discovered"] >= 1, (stats, stats_a)
     assert stats["dials_started"] + stats_a["dials_started"] >= 1, (stats, stats_a)
     assert stats["connected_by_source"]["exchange"] == 1, stats
     assert stats["connected_by_source"]["bootstrap"] == 1, stats

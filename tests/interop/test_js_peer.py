@@ -187,7 +187,12 @@ def test_js_peer_and_node_verify_and_use_each_other(js_peer_ready: Path, tmp_pat
     assert final["published"].get("rollouts_bad_signature") == 1, final
     assert drops.get("bad_signature") == 1, drops
     assert not {r: drops[r] for r in ATTACK_REASONS if r in drops}, drops
-    score = records[-1]["peer_scores"]["peers"][js_id]
+    # A penalty decays: on a loaded machine the last rounds may come after the js peer's
+    # score recovered to 0, when it is no longer listed. The newest record listing it.
+    scored = [r["peer_scores"]["peers"] for r in records]
+    listed = [peers[js_id] for peers in scored if js_id in peers]
+    assert listed, [r["peer_scores"] for r in records[-3:]]
+    score = listed[-1]
     assert score["reasons"] == {"bad_signature": 1} and not score["ignored_for_s"], score
     print(
         json.dumps(

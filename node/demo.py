@@ -166,7 +166,7 @@ def _run_nodes(nodes: int, rounds: int, out: Path, configs: list[Path], console:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                console.print(f"{name}: {line.rstrip()}", highlight=False)
+                console.print(f"{name}: {line.rstrip()}", highlight=False, soft_wrap=True)
                 continue
             reward = record["mean_local_reward"]
             peers = len(record["external_by_sender"])

@@ -27,6 +27,7 @@ def print_round(console: Console, name: str, record: dict[str, Any]) -> None:
         f"peers {record['peers']}  pool {record['pool_groups']}  "
         f"{seconds.get('total', 0):.2f}s",
         highlight=False,
+        soft_wrap=True,  # one line per round in a log file too (not folded at 80 columns)
     )
 
 

@@ -26,7 +26,9 @@ def test_a_round_is_one_line_in_a_narrow_log_file() -> None:
     """Piped to a file, rich assumes 80 columns: the line must not be folded in two (it
     was: every round's time landed on a line of its own)."""
     out = io.StringIO()
-    print_round(Console(file=out, width=60, force_terminal=False), "node-with-a-long-name", _record())
+    print_round(
+        Console(file=out, width=60, force_terminal=False), "node-with-a-long-name", _record()
+    )
     lines = out.getvalue().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("node-with-a-long-name round 1234  v1200")

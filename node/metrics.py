@@ -9,6 +9,10 @@ Invariants:
   part of it that reached the file is cut off again, and a torn last line left by a
   killed node is cut off when the file is opened, so every line before the last one
   stays a complete record.
+- With `rotate_bytes`, the file is moved to the next segment (`node.metrics_segments`)
+  right after the line that took it to that size, so a segment ends with a whole line;
+  the next line starts a fresh file. `take_rotated` hands the segment to whoever
+  compresses it. `read_metrics` reads the segments and the live file, in order.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from node.metrics_segments import iter_metrics, rotate
 
 log = logging.getLogger("swarm.node.metrics")
 
@@ -72,8 +78,10 @@ def _complete_length(fd: int) -> int:
 
 
 class MetricsWriter:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, rotate_bytes: int | None = None) -> None:
         self.path = path
+        self.rotate_bytes = rotate_bytes
+        self._rotated: Path | None = None
         self.dropped = 0
         """Lines that could not be written."""
         self.last_error: str | None = None
@@ -127,7 +135,25 @@ class MetricsWriter:
             self._drop()
             self._cut_back(fd, before)
             return False
+        if self.rotate_bytes is not None and before + len(line) >= self.rotate_bytes:
+            self._rotate()
         return True
+
+    def _rotate(self) -> None:
+        """Move the full file to the next segment; the next write opens a fresh one. A
+        failed rename is logged and the file simply grows (tried again next line)."""
+        assert self._fd is not None
+        os.close(self._fd)
+        self._fd = None
+        try:
+            self._rotated = rotate(self.path)
+        except OSError as exc:
+            self._error("cannot rotate", exc)
+
+    def take_rotated(self) -> Path | None:
+        """The segment the last rotation made, once (None if none since the last call)."""
+        rotated, self._rotated = self._rotated, None
+        return rotated
 
     def _drop(self) -> None:
         self.dropped += 1
@@ -149,16 +175,6 @@ class MetricsWriter:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All complete lines of a metrics file (a torn last line is skipped)."""
-    records = []
-    if not path.exists():
-        return records
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines):
-                break  # torn last line of a node that is writing or was killed
-            raise ValueError(f"{path}:{number}: corrupt metrics line") from None
-    return records
+    """All complete records of a node's metrics, its rotated segments first (a torn last
+    line is skipped). For long runs prefer streaming them: `iter_metrics`."""
+    return list(iter_metrics(path))

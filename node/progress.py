@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from node.metrics import read_metrics
+from node.metrics_segments import iter_metrics
 from node.peer_table import read_peer_table
-from node.run_summary import no_signal, summarize
+from node.run_summary import RunSummary, no_signal
 from swarm.errors import ConfigError
 
 
@@ -55,12 +55,14 @@ def headline(s: dict[str, Any], last: int) -> list[tuple[str, str, str]]:
 
 
 def status_table(data_dir: Path, last: int) -> Table:
-    records = read_metrics(data_dir / "metrics.jsonl")
-    if not records:
+    summary = RunSummary(last)
+    for record in iter_metrics(data_dir / "metrics.jsonl"):  # streamed: runs can be long
+        summary.add(record)
+    if not summary.rounds_seen:
         raise ConfigError(
             f"{data_dir}: no metrics.jsonl with rounds yet (is this a node's data_dir?)"
         )
-    s = summarize(records, last)
+    s = summary.summary()
     table = Table(title=f"node {data_dir}", show_header=False)
     table.add_column("what")
     table.add_column("value")

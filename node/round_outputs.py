@@ -7,9 +7,11 @@ Invariants:
 - The rest is written behind, off the event loop, by one worker thread running the
   rounds' jobs in order: `samples.jsonl` the round's own groups (when
   `node.samples_keep` > 0), `peers.json` the peer table (atomic replace), the configured
-  logging backends the record's scalars. `peers.json` is only ever replaced by the
-  newest table handed over: a job that finds a newer table pending writes that one, and
-  a table already superseded is skipped, so the file never goes back in time.
+  logging backends the record's scalars; after `metrics.jsonl` rotates, its segments
+  are compressed and pruned (`node.metrics_segments.tidy`). `peers.json` is only ever
+  replaced by the newest table handed over: a job that finds a newer table pending
+  writes that one, and a table already superseded is skipped, so the file never goes
+  back in time.
 - At most `MAX_BEHIND` rounds wait for the worker; past that (a disk that hangs) a round's
   samples and backend scalars are dropped and counted (`dropped_behind`), never
   queued without bound. Its peer table is still handed over: a queued job writes it
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,7 @@ from typing import Any
 from node.learner import LocalGroup
 from node.logging_backends import MetricBackends, scalars
 from node.metrics import MetricsWriter
+from node.metrics_segments import tidy
 from node.peer_table import PeerTableFile
 from node.samples import SamplesLog, group_records
 from swarm.config import NodeConfig
@@ -60,7 +63,11 @@ class _RoundWork:
 class RoundOutputs:
     def __init__(self, config: NodeConfig, peer_id: str) -> None:
         data_dir = Path(config.node.data_dir)
-        self.metrics = MetricsWriter(data_dir / "metrics.jsonl")
+        self.metrics = MetricsWriter(
+            data_dir / "metrics.jsonl", rotate_bytes=config.node.metrics_rotate_mb << 20
+        )
+        keep_mb = config.node.metrics_keep_mb
+        self._metrics_keep_bytes = keep_mb << 20 if keep_mb > 0 else None
         keep = config.node.samples_keep
         self.samples = SamplesLog(data_dir / "samples.jsonl", keep) if keep > 0 else None
         self.peers = PeerTableFile(data_dir / "peers.json")
@@ -96,6 +103,9 @@ class RoundOutputs:
             failure, self._failure = self._failure, None
             raise failure
         self.metrics.write(record)
+        if self.metrics.take_rotated() is not None:
+            # Rare (one per metrics_rotate_mb) and never dropped: not counted as behind.
+            self._submit(tidy, self.metrics.path, self._metrics_keep_bytes)
         with self._lock:
             self._table = (peer_rows, record["round"], record["time"])
             behind = self._behind
@@ -118,9 +128,12 @@ class RoundOutputs:
             tuple(groups) if self.samples is not None else (),
             scalars(record) if self.backends.active else None,
         )
+        self._submit(self._write_behind, work)
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="round-outputs")
-        job = self._worker.submit(self._write_behind, work)
+        job = self._worker.submit(fn, *args)
         job.add_done_callback(self._note_failure)
 
     def _write_behind(self, work: _RoundWork) -> None:

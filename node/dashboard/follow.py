@@ -4,21 +4,28 @@ Invariants:
 - `metrics.jsonl` is read incrementally: each poll parses only the bytes appended since
   the last one, and only complete lines (a line being written stays for the next poll),
   into a `RunSummary` (bounded memory, whatever the run's length).
-- A file that shrank or was replaced (a fresh run in the same dir) starts the summary
-  over; a line that is not JSON is counted in `corrupt_lines` and skipped.
+- Rotated segments (`node.metrics_segments`) are part of the run: a summary starts from
+  the segments, and when the followed file becomes the newest segment (the node rotated
+  it), its unread rest is read from there and following goes on in the fresh file.
+- A file that shrank or was replaced otherwise (a fresh run in the same dir) starts the
+  summary over; a line that is not JSON is counted in `corrupt_lines` and skipped.
 - Nothing here writes to the data dir.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from node.metrics_segments import list_segments, open_segment
 from node.peer_table import read_peer_table
 from node.run_summary import RunSummary
 from node.samples import read_samples
+
+log = logging.getLogger("swarm.dashboard")
 
 READ_CHUNK = 1 << 20
 
@@ -33,6 +40,8 @@ class DataDirFollower:
         self._identity: tuple[int, int] | None = None
         self._offset = 0
         self._partial = b""
+        self._head: bytes | None = None
+        """The first line of the followed file (recognizes it once rotated)."""
         self._samples_key: tuple[float, int] | None = None
         self._samples: list[dict[str, Any]] = []
 
@@ -51,21 +60,68 @@ class DataDirFollower:
             stat = os.fstat(f.fileno())
             identity = (stat.st_dev, stat.st_ino)
             if identity != self._identity or stat.st_size < self._offset:
-                self._restart(identity)
+                rotated = self._rotated_to() if identity != self._identity else None
+                if rotated is not None:
+                    with open_segment(rotated) as old:
+                        added += self._read_rest(old)
+                    self._identity, self._offset, self._partial = identity, 0, b""
+                    self._head = None
+                else:
+                    added += self._restart(identity)
             f.seek(self._offset)
-            while chunk := f.read(READ_CHUNK):
-                self._offset += len(chunk)
-                lines = (self._partial + chunk).split(b"\n")
-                self._partial = lines.pop()
-                for line in lines:
-                    added += self._add(line)
+            added += self._read_rest(f)
         return added
 
-    def _restart(self, identity: tuple[int, int]) -> None:
+    def _read_rest(self, f: IO[bytes]) -> int:
+        """Parse `f` from `_offset` (a compressed segment is read up to there) to its end."""
+        added = 0
+        if f.tell() != self._offset:
+            f.seek(self._offset)
+        while chunk := f.read(READ_CHUNK):
+            if self._offset == 0 and self._head is None:
+                self._head = chunk.split(b"\n", 1)[0]
+            self._offset += len(chunk)
+            lines = (self._partial + chunk).split(b"\n")
+            self._partial = lines.pop()
+            for line in lines:
+                added += self._add(line)
+        return added
+
+    def _rotated_to(self) -> Path | None:
+        """The newest segment, if it is the file followed until now (same inode while
+        plain; same first line once compressed), else None."""
+        if self._identity is None or self._head is None:
+            return None
+        segments = list_segments(self.metrics_path)
+        if not segments:
+            return None
+        path = segments[-1][1]
+        try:
+            if path.suffix != ".gz":
+                stat = path.stat()
+                return path if (stat.st_dev, stat.st_ino) == self._identity else None
+            with open_segment(path) as f:
+                head = f.readline().rstrip(b"\n")
+        except OSError:
+            return None
+        return path if head == self._head else None
+
+    def _restart(self, identity: tuple[int, int]) -> int:
+        """A summary from scratch: every finished segment, then the live file from 0."""
         self._identity = identity
         self._offset = 0
         self._partial = b""
+        self._head = None
         self.summary = RunSummary(self.last)
+        added = 0
+        for _, path in list_segments(self.metrics_path):
+            try:
+                with open_segment(path) as f:
+                    for line in f:
+                        added += self._add(line)
+            except OSError as exc:  # compressed and removed meanwhile: read the rest
+                log.warning("dashboard: cannot read %s: %s", path, exc)
+        return added
 
     def _add(self, line: bytes) -> int:
         if not line.strip():

@@ -35,6 +35,14 @@ class NodeSection(StrictModel):
     samples_keep: int = Field(200, ge=0, le=1 << 20)
     """Keep about this many recent sampled groups (completions and rewards) in
     `<data_dir>/samples.jsonl` for `swarm samples` (0: write none)."""
+    metrics_rotate_mb: int = Field(64, ge=1, le=1 << 20)
+    """Once `<data_dir>/metrics.jsonl` reaches this size it becomes the next compressed
+    segment, `metrics-000001.jsonl.gz`, ... (about a tenth of the size); every reader
+    (`swarm status`, the dashboard) reads the segments too."""
+    metrics_keep_mb: int = Field(1024, ge=0)
+    """Remove the oldest compressed metrics segments, but never the first (the run's
+    start), once they take more than this (0: keep every segment). The built-in model
+    writes about 2 GB of metrics a day before compression; a real model a few MB."""
 
     @property
     def resolved_key_file(self) -> Path:

@@ -5,7 +5,9 @@ As a receiver process (`python benchmarks/bare_mqtt.py recv HOST PORT TOPIC COUN
 it subscribes, prints `ready`, then prints the wall time when COUNT messages have
 arrived. `bare_rows` runs one such receiver per payload size and publishes from this
 process, as the gossip benchmark's two processes do, at QoS 0 (fire and forget: the
-broker's ceiling) or QoS 1 (each publish awaits its PUBACK, as `gossip.mqtt` does).
+broker's ceiling) or QoS 1 (each publish awaits its PUBACK; with `window` > 1, up to that
+many await theirs at once, as `gossip.mqtt` publishes: the bare equivalent of our
+transport on the wire).
 """
 
 from __future__ import annotations
@@ -30,22 +32,35 @@ async def _receive(host: str, port: int, topic: str, count: int, qos: int) -> No
                 return
 
 
-async def _publish(host: str, port: int, topic: str, count: int, size: int, qos: int) -> float:
+async def _publish(
+    host: str, port: int, topic: str, count: int, size: int, qos: int, window: int
+) -> float:
     payload = bytes(size)
-    async with aiomqtt.Client(host, port) as client:
+    async with aiomqtt.Client(host, port, max_inflight_messages=max(window, 20)) as client:
         t0 = time.time()
+        if window <= 1:
+            for _ in range(count):
+                await client.publish(topic, payload, qos=qos)
+            return t0
+        slots = asyncio.Semaphore(window)
+        pending = set()
         for _ in range(count):
-            await client.publish(topic, payload, qos=qos)
+            await slots.acquire()
+            task = asyncio.ensure_future(client.publish(topic, payload, qos=qos))
+            task.add_done_callback(lambda _: slots.release())
+            pending.add(task)
+            await asyncio.sleep(0)  # hand it to the connection now, in call order
+        await asyncio.gather(*pending)
         return t0
 
 
 def bare_rows(
-    host: str, port: int, sizes: list[tuple[str, int, int]], qos: int = 0
+    host: str, port: int, sizes: list[tuple[str, int, int]], qos: int = 0, window: int = 1
 ) -> list[tuple]:
     """(label, count, size, seconds) per size: first publish to the last arrival."""
     rows = []
     for label, size, count in sizes:
-        topic = f"bare/{qos}/{size}"
+        topic = f"bare/{qos}/{window}/{size}"
         receiver = subprocess.Popen(
             [sys.executable, __file__, "recv", host, str(port), topic, str(count), str(qos)],
             stdout=subprocess.PIPE,
@@ -54,7 +69,7 @@ def bare_rows(
         assert receiver.stdout is not None
         if receiver.stdout.readline().strip() != "ready":
             raise RuntimeError("bare MQTT receiver did not start")
-        t0 = asyncio.run(_publish(host, port, topic, count, size, qos))
+        t0 = asyncio.run(_publish(host, port, topic, count, size, qos, window))
         done = receiver.stdout.readline().strip()
         receiver.wait(timeout=60)
         rows.append((label, count, size, float(done) - t0))

@@ -56,7 +56,8 @@ Invariants:
 - Sequence numbers of this node strictly increase across all its envelopes (chunks and
   the envelopes inside them included). They start at `initial_seq`, by default the
   wall-clock time in microseconds, so a restarted node does not reuse seqs that peers
-  still remember (the only use of wall time here; simnet passes `initial_seq`).
+  still remember (the only use of wall time here; simnet passes `initial_seq`), and
+  `continue_after` moves them past a checkpoint's reservation (a clock that stepped back).
 - All state that peers can grow is bounded: seen cache, rate-limit buckets, partial
   chunk sets, per-peer drop counts, peer scores.
 - Peer scores (`scores`) are moved by every refusal blamed on an authenticated peer
@@ -456,6 +457,13 @@ class Gossip:
                 "gossip: ignoring peer %s for a while (last reason %s; %d partial chunk "
                 "sets dropped)", peer_id, reason, dropped,
             )
+
+    def continue_after(self, seq: int) -> None:
+        """Send only seqs above `seq` from now on (our own seqs reserved by a checkpoint:
+        `node.resume`). A no-op when the next seq is already above it."""
+        if not 0 <= seq < MAX_SEQ:
+            raise ValueError(f"seq {seq} out of range")
+        self._next_seq = max(self._next_seq, seq + 1)
 
     def remember_seqs(self, highest: dict[str, int]) -> None:
         """Refuse as duplicates every seq at or below each sender's `highest` (restored

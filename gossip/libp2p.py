@@ -113,11 +113,11 @@ from gossip.libp2p_patches import (
     Refusals,
     SwarmGossipSub,
     SwarmPubsub,
-    cache_sender_records,
     disable_auto_connector,
     quiet_dial_failures,
     refused_rpcs,
 )
+from gossip.libp2p_records import cache_sender_records, keep_rpcs_with_older_records
 from gossip.nat import NatTraversal, peer_links
 from gossip.peer_exchange import PeerExchange, connection_limits
 from swarm.config.network import Libp2pTransportConfig
@@ -415,6 +415,7 @@ class Libp2pTransport:
         disable_auto_connector(host.get_network())  # before host.run starts it
         quiet_dial_failures()
         cache_sender_records()
+        keep_rpcs_with_older_records()
         self._exchange.install(host)
         degree = self.config.degree
         gossipsub = SwarmGossipSub(

@@ -26,12 +26,7 @@ What the library does and what replaces it:
   (`Failed to open TCP stream`). `disable_auto_connector` and `quiet_dial_failures`
   turn both off (the latter also the ERROR for a failed stream negotiation);
   `gossip.libp2p_dialer` re-dials with its own bounded policy and counts.
-- Sender records: every pubsub RPC we send carries our signed peer record, and the
-  library rebuilds our address list (multiaddr parsing, a `getsockname` per listener)
-  and re-serializes the record for each RPC to see whether it changed: about a seventh
-  of a publishing process's CPU for small messages. `cache_sender_records` keeps each
-  host's answer for `SENDER_RECORD_TTL_S` (a changed address reaches peers that much
-  later; identify still pushes it at once).
+- Sender records (the signed peer record on every pubsub RPC): `gossip.libp2p_records`.
 Every refusal is counted in one `Refusals` (read by `Libp2pTransport.stats()`), and
 logged once per (reason, peer) per `_LOG_REPEAT_S`, never once per message.
 """
@@ -42,7 +37,6 @@ import contextvars
 import hashlib
 import logging
 import time
-import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
@@ -53,8 +47,6 @@ from libp2p.network.auto_connector import AutoConnector
 from libp2p.network.config import RetryConfig
 from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
-from libp2p.pubsub import gossipsub as _gossipsub_module
-from libp2p.pubsub import pubsub as _pubsub_module
 from libp2p.pubsub import rpc_queue as _rpc_queue
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.mcache import MessageCache, default_msg_id_fn
@@ -77,8 +69,6 @@ length; a larger claim (no implementation sends one) is left to the library's re
 _DISCARD_CHUNK_BYTES = 64 * 1024
 _LOG_REPEAT_S = 600.0
 _LOG_KEYS = 4096
-SENDER_RECORD_TTL_S = 1.0
-"""How long a host's serialized signed peer record is reused for the RPCs it sends."""
 
 INCOMING_REASONS = ("oversize_rpc", "unsigned", "bad_signature", "equivocation")
 """Reasons for refusing what a peer sent (`Refusals.counts`)."""
@@ -521,43 +511,3 @@ def quiet_dial_failures() -> None:
         logger = logging.getLogger(name)
         if _DIAL_FAILURE_FILTER not in logger.filters:
             logger.addFilter(_DIAL_FAILURE_FILTER)
-
-
-_SENDER_RECORD_USERS = (_pubsub_module, _gossipsub_module)
-_clock: Callable[[], float] = time.monotonic
-_uncached_sender_record: Callable[[IHost], tuple[bytes, bool]] | None = None
-_sender_records: weakref.WeakKeyDictionary[IHost, tuple[float, tuple[bytes, bool]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _cached_sender_record(host: IHost) -> tuple[bytes, bool]:
-    """`env_to_send_in_RPC(host)`, reused for `SENDER_RECORD_TTL_S` per host."""
-    assert _uncached_sender_record is not None
-    now = _clock()
-    held = _sender_records.get(host)
-    if held is not None and now < held[0]:
-        return held[1][0], False
-    record = _uncached_sender_record(host)
-    _sender_records[host] = (now + SENDER_RECORD_TTL_S, record)
-    return record
-
-
-def cache_sender_records() -> None:
-    """Make pubsub reuse each host's signed peer record for `SENDER_RECORD_TTL_S`
-    (idempotent). Raises if the library no longer builds it per RPC the pinned way."""
-    global _uncached_sender_record
-    for module in _SENDER_RECORD_USERS:
-        current = getattr(module, "env_to_send_in_RPC", None)
-        if current is None:
-            raise RuntimeError(
-                f"{module.__name__}.env_to_send_in_RPC is gone; gossip/libp2p_patches.py "
-                "needs updating"
-            )
-        if current is _cached_sender_record:
-            continue
-        if _uncached_sender_record is None:
-            _uncached_sender_record = current
-        elif current is not _uncached_sender_record:
-            raise RuntimeError(f"{module.__name__}.env_to_send_in_RPC was replaced elsewhere")
-        module.env_to_send_in_RPC = _cached_sender_record

@@ -22,8 +22,10 @@ Invariants:
 "seed": int}), `pool` ({"rng": a `random.getstate()` as JSON, "arrivals": int >= 0}),
 `senders` ({peer id: [highest seq, policy version]}, ints >= 0: each sender's newest
 envelope, the replay floor and version-lag reference after a restart), `peer_id`,
-`model_id`, `model_family` (strings). (Protocol-1 checkpoints also had `swarm_round`
-and no `senders`: they still load, with an empty sender table.)
+`model_id`, `model_family` (strings), optionally `own_seq_reserved` (int >= 0: every seq
+this node sent until the next checkpoint is below it; see `node.resume`). (Protocol-1
+checkpoints also had `swarm_round` and no `senders`: they still load, with an empty
+sender table.)
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ def node_state_problem(state: Any, directory: Path | None = None) -> str | None:
     for key in ("peer_id", "model_id", "model_family"):
         if not isinstance(state.get(key), str):
             return f"{key} is {state.get(key)!r}, not a string"
+    if "own_seq_reserved" in state and not _is_count(state["own_seq_reserved"]):
+        return f"own_seq_reserved is {state['own_seq_reserved']!r}, not a count"
     return None
 
 

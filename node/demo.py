@@ -93,11 +93,12 @@ def spawn_join(
     wait_peers: int = 0,
     extra_args: tuple[str, ...] = (),
     own_process_group: bool = False,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     """Start `swarm join --json` for `config` as its own OS process (one torch thread);
     with `wait_peers`, its first round waits (up to 120 s) for that many peers; with
     `own_process_group`, it leads a process group of its own (its workers join it), as a
-    command started at a terminal does."""
+    command started at a terminal does; `env` adds to its environment."""
     command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
     command += ["--rounds", str(rounds), "--json", *extra_args]
     if wait_peers:
@@ -107,7 +108,7 @@ def spawn_join(
         stdout=stdout,
         stderr=stderr,
         text=True,
-        env={**os.environ, **JOIN_ENV},
+        env={**os.environ, **JOIN_ENV, **(env or {})},
         process_group=0 if own_process_group else None,
     )
 

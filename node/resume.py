@@ -3,7 +3,14 @@
 Invariants:
 - `node_state(node)` is `node.json`'s content (schema in `node.checkpoints`): the rounds
   done, the task cursor, each sender's newest seq and version (the replay floors), the
-  pool's random state, and the peer id, model id and family that wrote it.
+  pool's random state, the peer id, model id and family that wrote it, and a reservation
+  of our own seqs: `OWN_SEQ_RESERVE` past the next one.
+- Our seqs keep increasing across restarts whatever the clock does: gossip starts them at
+  the wall-clock time in microseconds, and a resume moves them past the reservation.
+  Peers refuse a seq at or below one they remember of us as a replay, so a node resumed
+  with its clock behind its previous run (an NTP step back, a restored VM, a board
+  without a real-time clock) was refused until its clock passed the old one. (A crash
+  loses the seqs sent since the checkpoint; the reservation covers them.)
 - `resume(node)` loads the newest valid checkpoint whose learner files load, skipping
   torn or garbage ones with a warning, and restores everything `node_state` saved; the
   senders' seqs become gossip's replay floors. Nothing is written or removed.
@@ -25,6 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("swarm.node")
 
+OWN_SEQ_RESERVE = 10**8
+"""Seqs reserved past our next one at each checkpoint: far more than a node sends between
+two checkpoints, and a hundred seconds' worth of the wall clock's microseconds (seqs stay
+far below 2**53, which JSON peers read exactly, after a million resumes)."""
+
 
 def node_state(node: Node) -> dict[str, Any]:
     return {
@@ -35,6 +47,7 @@ def node_state(node: Node) -> dict[str, Any]:
         "peer_id": node.gossip.identity.peer_id,
         "model_id": node.learner.model_id,
         "model_family": node.learner.model_family,
+        "own_seq_reserved": node.gossip.next_seq + OWN_SEQ_RESERVE,
     }
 
 
@@ -58,6 +71,8 @@ def resume(node: Node) -> Path | None:
         node.gossip.remember_seqs(
             {s: seq for s, (seq, _) in node.sender_versions.state_dict().items()}
         )
+        if "own_seq_reserved" in state:
+            node.gossip.continue_after(int(state["own_seq_reserved"]))
         node.tasks.load_state_dict(state["tasks"])
         node.pool.load_state_dict(state["pool"])
         log.info("resumed from %s (round %d)", directory, node.rounds_done)

@@ -366,7 +366,7 @@ def test_sender_records_are_reused_per_host_for_their_ttl(monkeypatch: pytest.Mo
     import libp2p.pubsub.gossipsub as gossipsub_module
     import libp2p.pubsub.pubsub as pubsub_module
 
-    from gossip import libp2p_patches as mod
+    from gossip import libp2p_records as mod
 
     mod.cache_sender_records()
     mod.cache_sender_records()  # idempotent

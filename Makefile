@@ -11,8 +11,9 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 
 # Debian packages: libgmp-dev (libp2p's fastecdsa builds against it) for every install;
 # for the tests also mosquitto (the MQTT tests' broker), nftables and iproute2 (the NAT
-# test's routers in network namespaces) and chromium (the dashboard's
-# browser test). Installed when we are root with apt-get; otherwise we say what is
+# test's routers in network namespaces), chromium (the dashboard's
+# browser test) and faketime (a node restarted with its clock behind).
+# Installed when we are root with apt-get; otherwise we say what is
 # missing, and the tests that need it skip with the reason.
 define apt_install
 @need=""; for p in $(1); do case $$p in \
@@ -33,7 +34,7 @@ build-deps:
 	$(call apt_install,libgmp-dev)
 
 system-deps: build-deps
-	$(call apt_install,mosquitto chromium nftables iproute2)
+	$(call apt_install,mosquitto chromium nftables iproute2 faketime)
 
 $(STAMP): pyproject.toml | build-deps
 	test -d $(VENV) || $(PY) -m venv $(VENV)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
+import pytest
+
+from gossip import layer as gossip_layer
 from gossip.memory import MemoryNetwork
 from node import checkpoints
 from node.metrics import read_metrics
+from node.resume import OWN_SEQ_RESERVE
 from tests.node.helpers import stub_config, stub_node
 
 
@@ -78,3 +83,26 @@ def test_torn_checkpoint_is_ignored(tmp_path: Path) -> None:
     torn.mkdir(parents=True)
     (torn / "node.json").write_text('{"rounds_done": 9')
     assert checkpoints.latest_valid(Path(config.node.data_dir)).name == "round-00000005"
+
+
+def test_a_resume_with_the_clock_behind_still_sends_new_seqs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seqs start at the wall clock in microseconds; a checkpoint reserves those above its
+    next one, so a node resumed with its clock an hour behind continues above every seq
+    it ever sent (peers remember them as replay floors)."""
+    config = stub_config(tmp_path, "c", external_groups=0)
+    first = stub_node(config, MemoryNetwork("clock-1"))
+    asyncio.run(first.run(7))  # the last checkpoint is round 5's: rounds 6-7 sent more
+    sent = first.gossip.next_seq - 1
+    hour_ago = time.time_ns() - 3600 * 10**9
+    monkeypatch.setattr(gossip_layer.time, "time_ns", lambda: hour_ago)
+    second = stub_node(config, MemoryNetwork("clock-2"))
+    assert second.gossip.next_seq < sent  # what the clock alone would give
+    assert second.resume() is not None
+    assert second.gossip.next_seq > sent
+    peer = stub_node(stub_config(tmp_path, "peer"), MemoryNetwork("clock-3"), seed=5)
+    peer.gossip.remember_seqs({first.peer_id: sent})
+    assert not peer.gossip._seen.has_pair(first.peer_id, second.gossip.next_seq)
+    # The jump is bounded by the reservation (seqs stay far below 2**53 for JSON peers).
+    assert second.gossip.next_seq < sent + 2 * OWN_SEQ_RESERVE

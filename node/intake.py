@@ -132,8 +132,9 @@ class Intake:
 
     def peer_rows(self) -> list[dict[str, Any]]:
         """The peer table (`node.peer_table`): a peer is `direct` while we hold a direct
-        connection to it, else `relayed` (a `/p2p-circuit` connection through a relay, or
-        its messages reach us through other peers or a broker)."""
+        connection to it, `relayed` while we hold only a `/p2p-circuit` connection to it
+        through a relay, else `indirect` (its messages reach us through other peers or a
+        broker, or it has left: see its last-seen time)."""
         transport = self.gossip.transport
         links_of = getattr(transport, "peer_links", None)  # libp2p tells relayed links apart
         links = (
@@ -146,7 +147,7 @@ class Intake:
             now=self.clock.now(),
             score=scores.score,
             ignored=scores.is_ignored,
-            link=lambda peer: links.get(peer, "relayed"),
+            link=lambda peer: links.get(peer, "indirect"),
         )
 
     def sender_version(self, sender: str) -> int:

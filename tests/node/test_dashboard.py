@@ -94,6 +94,7 @@ def test_a_peers_progress_claims_reach_the_peer_table(tmp_path: Path) -> None:
     asyncio.run(node.take(envelope_of(node, peer, Hello("m", "f", 7, (), said), 7, 1)))
     (row,) = node.intake.peer_rows()
     assert row["claimed"] == dict(said) and row["policy_version"] == 7
+    assert row["link"] == "indirect"  # heard of, never connected to us
     asyncio.run(node.take(envelope_of(node, peer, Hello("m", "f", 8), 8, 2)))
     (row,) = node.intake.peer_rows()
     assert row["claimed"] == {}  # only what its newest hello says

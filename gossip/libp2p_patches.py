@@ -21,6 +21,13 @@ What the library does and what replaces it:
   DEBUG level; `SwarmPubsub.push_msg` counts it (`unsigned`, `bad_signature`) without
   verifying any signature a second time on the accepted path.
 - Equivocation (same origin and seqno, different content): counted (`equivocation`).
+- Seqnos: the library numbers a host's messages on from the wall clock in *seconds*, one
+  per message, and peers drop as already seen, silently, any (origin, seqno) seen in the
+  last 120 s (and our equivocation check refuses one seen with other content). A node
+  that published more messages than seconds passed and restarted re-used its recent
+  seqnos, and its next messages were lost. `SwarmPubsub` counts on from the wall clock in
+  nanoseconds, as go-libp2p does: a restart's seqnos are always fresh (also with the
+  clock stepped back, which starts them far below the previous run's).
 - Re-dials: the swarm's `AutoConnector` re-dials every peer in the peerstore forever
   (cooldown capped at 5 min), each dial 4 attempts, each failed attempt an ERROR line
   (`Failed to open TCP stream`). `disable_auto_connector` and `quiet_dial_failures`
@@ -293,6 +300,11 @@ class SwarmPubsub(Pubsub):
         self._sink = sink
         self.refusals = refusals
         self.peer_queues = PeerQueues(max_rpc_bytes, max_queued_bytes)
+        if not isinstance(getattr(self, "counter", None), int):
+            raise RuntimeError("py-libp2p's Pubsub.counter changed; see gossip/libp2p_patches.py")
+        # Our messages' seqnos count on from the wall clock in nanoseconds (go-libp2p's
+        # choice), not seconds: see the module docstring.
+        self.counter = time.time_ns()
 
     async def continuously_read_stream(self, stream: INetStream) -> None:
         peer = stream.muxed_conn.peer_id.to_base58()

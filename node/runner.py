@@ -59,6 +59,7 @@ from node.resume import node_state, resume
 from node.round_outputs import RoundOutputs
 from node.round_record import round_record
 from node.selection import training_batch
+from node.silence import SilenceWatch, real_connections
 from node.supervise import supervise
 from node.workers import InlineRescorer, Rescorer
 from rewards.mixture import TaskStream
@@ -135,6 +136,7 @@ class Node:
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
         self.progress = OwnProgress()
+        self._silence = SilenceWatch()
         """What our hellos say of our progress (peers show it as our claim)."""
         self.own_samples = OwnSamples(
             config, self.tasks, lambda: self.learner, self.model_offload, offload
@@ -321,6 +323,12 @@ class Node:
             )
             self.intake.new_peer.clear()
             await self.gossip.publish(self._peers_topic, hello, self.learner.policy_version)
+            silent = self._silence.observe(
+                self.clock.now(), real_connections(self.gossip.transport),
+                self.gossip.counters.messages_in,
+            )  # fmt: skip
+            if silent is not None:
+                log.warning("%s", silent)
             await self.clock.sleep(GREET_MIN_INTERVAL_S)
             # The next hello: periodic, or sooner when a new peer said hello meanwhile.
             greeted = asyncio.ensure_future(self.intake.new_peer.wait())

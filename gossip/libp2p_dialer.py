@@ -20,6 +20,8 @@ Invariants:
   and one per peer given up; never one per attempt. Counted: `dials_attempted`,
   `dials_failed`, `peers_given_up`.
 - A failed dial never raises out of `run` (whatever the library raises for a dead peer).
+- Host names in addresses are resolved by the system resolver before each dial
+  (`gossip.libp2p_dns`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PeerStoreError
+
+from gossip.libp2p_dns import resolve_host_names
 
 log = logging.getLogger("gossip.libp2p")
 
@@ -210,6 +214,7 @@ class Redialer:
         negative = getattr(host.get_network(), "_negative_peer_cache", None)
         if negative is not None:
             negative.evict(str(info.peer_id))
+        info = PeerInfo(info.peer_id, await resolve_host_names(list(info.addrs)))
         try:
             with trio.fail_after(DIAL_TIMEOUT_S):
                 await host.connect(info)

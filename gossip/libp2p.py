@@ -106,15 +106,13 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from gossip.inbox import Inbox
-from gossip.libp2p_dialer import Redialer
+from gossip.libp2p_dialer import Redialer, disable_auto_connector, quiet_dial_failures
 from gossip.libp2p_listen import announced_addrs, refuse_unusable_listen
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
     Refusals,
     SwarmGossipSub,
     SwarmPubsub,
-    disable_auto_connector,
-    quiet_dial_failures,
     refused_rpcs,
 )
 from gossip.libp2p_records import cache_sender_records, keep_rpcs_with_older_records

@@ -22,6 +22,11 @@ Invariants:
 - A failed dial never raises out of `run` (whatever the library raises for a dead peer).
 - Host names in addresses are resolved by the system resolver before each dial
   (`gossip.libp2p_dns`).
+- The library's own re-dialing is off: its swarm's `AutoConnector` re-dials every peer in
+  the peerstore forever (cooldown capped at 5 min), each dial 4 attempts, each failed
+  attempt an ERROR line (`Failed to open TCP stream`). `disable_auto_connector` and
+  `quiet_dial_failures` turn both off (the latter also the ERROR for a failed stream
+  negotiation). Both check that the replaced internals are libp2p==0.8.1's.
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+from typing import Any
 
 import multiaddr
 import trio
 from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.network.auto_connector import AutoConnector
+from libp2p.network.config import RetryConfig
+from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PeerStoreError
@@ -253,3 +262,63 @@ class ConnectionNotes(INotifee):
 
     async def listen_close(self, network: INetwork, address: multiaddr.Multiaddr) -> None:
         return None
+
+
+# ---- the library's own re-dialing, turned off -------------------------------------
+
+class _NoAutoConnector(AutoConnector):
+    """The swarm's auto-connector, never dialing (`gossip.libp2p` re-dials, bounded)."""
+
+    async def run_background_task(self, nursery: Any) -> None:
+        return
+
+    async def maybe_connect(self) -> None:
+        return
+
+
+class _DialFailureFilter(logging.Filter):
+    """Drops the library's per-attempt ERROR lines for failed dials; the transport counts
+    dial failures and logs one line per peer it gives up on instead. Also drops its
+    seven-line ERROR for a stream whose protocol negotiation failed (a peer that exits
+    or resets mid-request): every caller here counts that failure (peer exchange's
+    `stream_error`) or retries it (pubsub)."""
+
+    _PREFIXES = (
+        "Failed to open TCP stream",
+        "failed to upgrade security for peer",
+        "Failed to open stream to peer",
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self._PREFIXES))
+
+
+_DIAL_FAILURE_FILTER = _DialFailureFilter()
+_DIAL_FAILURE_LOGGERS = (
+    "libp2p.transport.tcp.tcp",
+    "libp2p.network.swarm",
+    "libp2p.host.basic_host",
+)
+
+
+def disable_auto_connector(network: Any) -> None:
+    """Replace the swarm's auto-connector with one that never dials, and make each dial
+    one attempt per address (our backoff replaces the swarm's 4 quick retries).
+
+    Call before `host.run`. Raises if the swarm is not the pinned library's.
+    """
+    if not isinstance(network, Swarm) or type(network.auto_connector) is not AutoConnector:
+        raise RuntimeError(
+            "py-libp2p's Swarm/AutoConnector changed; gossip/libp2p.py needs updating"
+        )
+    interval = network.auto_connector.auto_connect_interval
+    network.auto_connector = _NoAutoConnector(network, interval)
+    network.retry_config = RetryConfig(max_retries=0)
+
+
+def quiet_dial_failures() -> None:
+    """Install the filter for failed-dial ERROR lines on the library's loggers (idempotent)."""
+    for name in _DIAL_FAILURE_LOGGERS:
+        logger = logging.getLogger(name)
+        if _DIAL_FAILURE_FILTER not in logger.filters:
+            logger.addFilter(_DIAL_FAILURE_FILTER)

@@ -28,11 +28,8 @@ What the library does and what replaces it:
   seqnos, and its next messages were lost. `SwarmPubsub` counts on from the wall clock in
   nanoseconds, as go-libp2p does: a restart's seqnos are always fresh (also with the
   clock stepped back, which starts them far below the previous run's).
-- Re-dials: the swarm's `AutoConnector` re-dials every peer in the peerstore forever
-  (cooldown capped at 5 min), each dial 4 attempts, each failed attempt an ERROR line
-  (`Failed to open TCP stream`). `disable_auto_connector` and `quiet_dial_failures`
-  turn both off (the latter also the ERROR for a failed stream negotiation);
-  `gossip.libp2p_dialer` re-dials with its own bounded policy and counts.
+- Re-dials (the swarm's `AutoConnector`, an ERROR line per failed attempt):
+  `gossip.libp2p_dialer`.
 - Sender records (the signed peer record on every pubsub RPC): `gossip.libp2p_records`.
 Every refusal is counted in one `Refusals` (read by `Libp2pTransport.stats()`), and
 logged once per (reason, peer) per `_LOG_REPEAT_S`, never once per message.
@@ -50,9 +47,6 @@ from typing import Any
 
 from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import ParseError
-from libp2p.network.auto_connector import AutoConnector
-from libp2p.network.config import RetryConfig
-from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.pubsub import rpc_queue as _rpc_queue
 from libp2p.pubsub.gossipsub import GossipSub
@@ -465,61 +459,3 @@ class SwarmGossipSub(GossipSub):
         self.recent_peer_disconnections[:] = [
             t for t in self.recent_peer_disconnections if t > cutoff
         ]
-
-
-class _NoAutoConnector(AutoConnector):
-    """The swarm's auto-connector, never dialing (`gossip.libp2p` re-dials, bounded)."""
-
-    async def run_background_task(self, nursery: Any) -> None:
-        return
-
-    async def maybe_connect(self) -> None:
-        return
-
-
-class _DialFailureFilter(logging.Filter):
-    """Drops the library's per-attempt ERROR lines for failed dials; the transport counts
-    dial failures and logs one line per peer it gives up on instead. Also drops its
-    seven-line ERROR for a stream whose protocol negotiation failed (a peer that exits
-    or resets mid-request): every caller here counts that failure (peer exchange's
-    `stream_error`) or retries it (pubsub)."""
-
-    _PREFIXES = (
-        "Failed to open TCP stream",
-        "failed to upgrade security for peer",
-        "Failed to open stream to peer",
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith(self._PREFIXES))
-
-
-_DIAL_FAILURE_FILTER = _DialFailureFilter()
-_DIAL_FAILURE_LOGGERS = (
-    "libp2p.transport.tcp.tcp",
-    "libp2p.network.swarm",
-    "libp2p.host.basic_host",
-)
-
-
-def disable_auto_connector(network: Any) -> None:
-    """Replace the swarm's auto-connector with one that never dials, and make each dial
-    one attempt per address (our backoff replaces the swarm's 4 quick retries).
-
-    Call before `host.run`. Raises if the swarm is not the pinned library's.
-    """
-    if not isinstance(network, Swarm) or type(network.auto_connector) is not AutoConnector:
-        raise RuntimeError(
-            "py-libp2p's Swarm/AutoConnector changed; gossip/libp2p.py needs updating"
-        )
-    interval = network.auto_connector.auto_connect_interval
-    network.auto_connector = _NoAutoConnector(network, interval)
-    network.retry_config = RetryConfig(max_retries=0)
-
-
-def quiet_dial_failures() -> None:
-    """Install the filter for failed-dial ERROR lines on the library's loggers (idempotent)."""
-    for name in _DIAL_FAILURE_LOGGERS:
-        logger = logging.getLogger(name)
-        if _DIAL_FAILURE_FILTER not in logger.filters:
-            logger.addFilter(_DIAL_FAILURE_FILTER)

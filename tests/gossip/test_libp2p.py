@@ -427,7 +427,7 @@ def test_sender_records_are_reused_per_host_for_their_ttl(monkeypatch: pytest.Mo
 def test_library_error_lines_we_count_are_quieted_and_others_kept(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from gossip.libp2p_patches import quiet_dial_failures
+    from gossip.libp2p_dialer import quiet_dial_failures
 
     quiet_dial_failures()
     quiet_dial_failures()  # idempotent

@@ -117,7 +117,14 @@ def _parse(line: bytes, path: Path, number: int) -> dict[str, Any]:
 
 
 def open_segment(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    """A segment for reading; a plain one compressed (and removed) since it was listed is
+    read from its `.gz` (whole: the plain file goes only once the `.gz` is in place)."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        return gzip.open(path.with_name(path.name + ".gz"), "rb")
 
 
 def iter_metrics(live: Path) -> Iterator[dict[str, Any]]:

@@ -119,7 +119,7 @@ class DataDirFollower:
                 with open_segment(path) as f:
                     for line in f:
                         added += self._add(line)
-            except OSError as exc:  # compressed and removed meanwhile: read the rest
+            except OSError as exc:  # pruned meanwhile, or unreadable: the rest still shows
                 log.warning("dashboard: cannot read %s: %s", path, exc)
         return added
 

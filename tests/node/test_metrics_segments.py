@@ -10,7 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gossip.memory import MemoryNetwork
+from node import metrics_segments
 from node.dashboard.follow import DataDirFollower
 from node.metrics import MetricsWriter, read_metrics
 from node.metrics_segments import compress, iter_metrics, list_segments, rotate, tidy
@@ -172,3 +175,24 @@ def test_the_dashboard_follows_a_file_across_rotations(tmp_path: Path) -> None:
     assert later.poll() == 44
     assert later.summary.summary() == summary.summary()
     writer.close()
+
+
+def test_a_segment_compressed_between_listing_and_reading_is_read_from_its_gz(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`swarm status` lists the segments, then the node's writer thread compresses one
+    (and removes the plain file) before status opens it."""
+    live = tmp_path / "metrics.jsonl"
+    writer = MetricsWriter(live, rotate_bytes=3000)
+    rotated = _write(writer, range(1, 21))
+    writer.close()
+    listed = metrics_segments.list_segments(live)
+
+    def listed_then_compressed(path: Path) -> list[tuple[int, Path]]:
+        for segment in rotated:
+            if segment.exists():
+                compress(segment)
+        return listed
+
+    monkeypatch.setattr(metrics_segments, "list_segments", listed_then_compressed)
+    assert _rounds(live) == list(range(1, 21))

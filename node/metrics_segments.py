@@ -132,7 +132,11 @@ def iter_metrics(live: Path) -> Iterator[dict[str, Any]]:
     torn last line, of a node that is writing or was killed, is skipped). A corrupt line
     anywhere else raises ValueError naming the file and line."""
     for _, path in list_segments(live):
-        with open_segment(path) as f:
+        try:
+            f = open_segment(path)
+        except FileNotFoundError:
+            continue  # pruned since it was listed
+        with f:
             for number, line in enumerate(f, start=1):
                 yield _parse(line, path, number)
     try:

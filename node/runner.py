@@ -136,8 +136,8 @@ class Node:
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)
         self.progress = OwnProgress()
-        self._silence = SilenceWatch()
         """What our hellos say of our progress (peers show it as our claim)."""
+        self._silence = SilenceWatch()
         self.own_samples = OwnSamples(
             config, self.tasks, lambda: self.learner, self.model_offload, offload
         )

@@ -16,7 +16,6 @@ import glob
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ import pytest
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
+from tests.node.process_helpers import senders, wait_rounds
 
 pytestmark = pytest.mark.slow(seconds=90)
 
@@ -32,18 +32,6 @@ AN_HOUR_AGO = {"LD_PRELOAD": LIBFAKETIME or "", "FAKETIME": "-1h"}
 ROUNDS = 30
 """Each node must use the other's groups within this many of its rounds (see
 `test_late_join_processes.WITHIN_ROUNDS`: the same slow learners)."""
-
-
-def _senders(records: list[dict]) -> set[str]:
-    return {sender for record in records for sender in record["external_by_sender"]}
-
-
-def _wait_rounds(metrics: Path, rounds: int, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while len(read_metrics(metrics)) < rounds:
-        assert proc.poll() is None, f"exited with {proc.returncode} before round {rounds}"
-        assert time.monotonic() < deadline, f"fewer than {rounds} rounds in {timeout} s"
-        time.sleep(0.2)
 
 
 @pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime not installed (make system-deps)")
@@ -69,21 +57,21 @@ def test_a_node_restarted_with_its_clock_behind_shares_both_ways(tmp_path: Path)
         assert proc.wait(timeout=300) == 0, logs[i].read_text()[-3000:]
         mine = read_metrics(metrics[i])[before:]
         assert len(mine) == ROUNDS
-        assert ids[other] in _senders(mine), logs[i].read_text()[-3000:]
+        assert ids[other] in senders(mine), logs[i].read_text()[-3000:]
         theirs = read_metrics(metrics[other])[before_other:]
-        assert ids[i] in _senders(theirs), logs[other].read_text()[-3000:]
+        assert ids[i] in senders(theirs), logs[other].read_text()[-3000:]
 
     a = spawn(0, 100_000)
     b: subprocess.Popen | None = None
     try:
-        _wait_rounds(metrics[0], 10, a, 300)
+        wait_rounds(metrics[0], 10, a, 300)
         share(1, 0)  # B's first run, on time
         # B again, its clock an hour behind: A still holds B's newer signed peer record.
         share(1, 0, env=AN_HOUR_AGO)
         # A restarts from its checkpoint, remembering B's highest seq as a replay floor,
         # while B runs on with its clock behind.
         b = spawn(1, 100_000, env=AN_HOUR_AGO)
-        _wait_rounds(metrics[1], len(read_metrics(metrics[1])) + 3, b, 300)
+        wait_rounds(metrics[1], len(read_metrics(metrics[1])) + 3, b, 300)
         os.kill(a.pid, signal.SIGKILL)
         a.wait()
         share(0, 1, wait_peers=1)

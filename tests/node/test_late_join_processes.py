@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
+from tests.node.process_helpers import senders, wait_rounds
 
 pytestmark = pytest.mark.slow(seconds=90)
 
@@ -39,18 +39,6 @@ def _spawn(config: Path, rounds: int, log: Path, wait_peers: int = 0) -> subproc
     return spawn_join(
         config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=wait_peers
     )
-
-
-def _wait_rounds(metrics: Path, rounds: int, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while len(read_metrics(metrics)) < rounds:
-        assert proc.poll() is None, f"exited with {proc.returncode} before round {rounds}"
-        assert time.monotonic() < deadline, f"fewer than {rounds} rounds in {timeout} s"
-        time.sleep(0.2)
-
-
-def _senders(records: list[dict]) -> set[str]:
-    return {sender for record in records for sender in record["external_by_sender"]}
 
 
 @dataclass(frozen=True)
@@ -75,8 +63,8 @@ def _start_and_share(node: _Node, running: _Node, wait_peers: int = 0) -> None:
     assert proc.wait(timeout=300) == 0, node.tail()
     mine = node.records()[before:]
     assert len(mine) == WITHIN_ROUNDS
-    assert running.peer_id in _senders(mine), node.tail()
-    assert node.peer_id in _senders(running.records()[before_running:]), running.tail()
+    assert running.peer_id in senders(mine), node.tail()
+    assert node.peer_id in senders(running.records()[before_running:]), running.tail()
 
 
 def test_a_late_joiner_shares_both_ways_and_again_after_a_kill(tmp_path: Path) -> None:
@@ -101,8 +89,8 @@ def test_a_late_joiner_shares_both_ways_and_again_after_a_kill(tmp_path: Path) -
     a = _spawn(config_a, 100_000, node_a.log)
     b: subprocess.Popen | None = None
     try:
-        _wait_rounds(node_a.metrics, HEAD_START_ROUNDS, a, 300)
-        assert _senders(node_a.records()) == set()  # nobody else was there
+        wait_rounds(node_a.metrics, HEAD_START_ROUNDS, a, 300)
+        assert senders(node_a.records()) == set()  # nobody else was there
         # A second process on A's config (its data dir, its peer id) refuses to start.
         second = subprocess.run(
             [sys.executable, "-m", "cli.main", "peers", "--config", str(config_a),
@@ -119,7 +107,7 @@ def test_a_late_joiner_shares_both_ways_and_again_after_a_kill(tmp_path: Path) -
 
         # 2. B runs on, is SIGKILLed, and restarts from its last checkpoint.
         b = _spawn(config_b, 1000, node_b.log)
-        _wait_rounds(node_b.metrics, WITHIN_ROUNDS + 5, b, 300)
+        wait_rounds(node_b.metrics, WITHIN_ROUNDS + 5, b, 300)
         os.kill(b.pid, signal.SIGKILL)
         b.wait()
         _start_and_share(node_b, node_a)
@@ -129,7 +117,7 @@ def test_a_late_joiner_shares_both_ways_and_again_after_a_kill(tmp_path: Path) -
         # dial B (B is not its bootstrap peer): B re-dials A with backoff, which takes
         # seconds, while a tiny-model round takes ~30 ms: A waits for its peer.
         b = _spawn(config_b, 1000, node_b.log)
-        _wait_rounds(node_b.metrics, len(node_b.records()) + 3, b, 300)
+        wait_rounds(node_b.metrics, len(node_b.records()) + 3, b, 300)
         os.kill(a.pid, signal.SIGKILL)
         a.wait()
         _start_and_share(node_a, node_b, wait_peers=1)

@@ -1,0 +1,23 @@
+"""Waiting on real `swarm join` processes by what they write (their metrics.jsonl)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from node.metrics import read_metrics
+
+
+def wait_rounds(metrics: Path, rounds: int, proc: subprocess.Popen, timeout: float) -> None:
+    """Until `metrics` holds `rounds` records; fails if `proc` exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while len(read_metrics(metrics)) < rounds:
+        assert proc.poll() is None, f"exited with {proc.returncode} before round {rounds}"
+        assert time.monotonic() < deadline, f"fewer than {rounds} rounds in {timeout} s"
+        time.sleep(0.2)
+
+
+def senders(records: list[dict]) -> set[str]:
+    """Every peer whose groups these rounds trained on."""
+    return {sender for record in records for sender in record["external_by_sender"]}

@@ -166,6 +166,9 @@ def test_nated_nodes_train_on_each_others_groups(nat_net: NatNet, tmp_path: Path
     # GossipSub forwarding, asserted above): the path taken is printed, not asserted.
     dialed = stats[1].get("circuit_dials", 0) + stats[2].get("circuit_dials", 0)
     assert dialed >= 1, (stats, logs)
-    # While connected (relayed or direct), each sees the other in its peer table.
-    assert links[1].get(ids[2]) in {"relayed", "direct"}, (links, logs[1])
-    assert links[2].get(ids[1]) in {"relayed", "direct"}, (links, logs[2])
+    # Each sees the other in its peer table: `relayed` or `direct` while connected,
+    # `indirect` otherwise, and never a connection where no circuit was ever made.
+    assert links[1].get(ids[2]) in {"relayed", "direct", "indirect"}, (links, logs[1])
+    assert links[2].get(ids[1]) in {"relayed", "direct", "indirect"}, (links, logs[2])
+    if path.startswith("none"):
+        assert links[1].get(ids[2]) == links[2].get(ids[1]) == "indirect", links

@@ -280,13 +280,17 @@ class _DialFailureFilter(logging.Filter):
     """Drops the library's per-attempt ERROR lines for failed dials; the transport counts
     dial failures and logs one line per peer it gives up on instead. Also drops its
     seven-line ERROR for a stream whose protocol negotiation failed (a peer that exits
-    or resets mid-request): every caller here counts that failure (peer exchange's
+    or resets mid-request), and the negotiator's own ERROR line for the same failure
+    (`MultiselectClient handshake: read/write failed`, printed whenever a peer went away
+    mid-negotiation): every caller here counts that failure (peer exchange's
     `stream_error`) or retries it (pubsub)."""
 
     _PREFIXES = (
         "Failed to open TCP stream",
         "failed to upgrade security for peer",
         "Failed to open stream to peer",
+        "MultiselectClient handshake: read failed",
+        "MultiselectClient handshake: write failed",
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -298,6 +302,7 @@ _DIAL_FAILURE_LOGGERS = (
     "libp2p.transport.tcp.tcp",
     "libp2p.network.swarm",
     "libp2p.host.basic_host",
+    "libp2p.protocol_muxer.multiselect_client",
 )
 
 

@@ -435,6 +435,9 @@ def test_library_error_lines_we_count_are_quieted_and_others_kept(
     with caplog.at_level(logging.ERROR):
         host_log.error("Failed to open stream to peer %s:\n  Error: %s", "12D3Koo", "reset")
         logging.getLogger("libp2p.transport.tcp.tcp").error("Failed to open TCP stream: x")
+        muxer_log = logging.getLogger("libp2p.protocol_muxer.multiselect_client")
+        muxer_log.error("MultiselectClient handshake: write failed: %s", "fail to write")
+        muxer_log.error("MultiselectClient handshake: read failed: %s", "fail to read")
         host_log.error("something else broke")
     assert [r.getMessage() for r in caplog.records] == ["something else broke"]
     assert sum(type(f).__name__ == "_DialFailureFilter" for f in host_log.filters) == 1

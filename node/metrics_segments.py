@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -144,13 +144,21 @@ def iter_metrics(live: Path) -> Iterator[dict[str, Any]]:
     except FileNotFoundError:
         return
     with f:
-        previous: tuple[int, bytes] | None = None
-        for number, line in enumerate(f, start=1):
-            if previous is not None:
-                yield _parse(previous[1], live, previous[0])
-            previous = (number, line)
-        if previous is not None:
+        yield from complete_records(f, live)
+
+
+def complete_records(lines: Iterable[bytes], path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a metrics file being written, read line by line: every line that
+    ends with a newline; the first one that does not ends the reading. That is the last
+    line as of this read: torn by a killed node (skipped unless it parses), or being
+    written now, whose rest a lazy reader may find after it has reached the end of the
+    file (found by the full suite: the rest then read as a corrupt line of its own)."""
+    for number, line in enumerate(lines, start=1):
+        if not line.endswith(b"\n"):
             try:
-                yield json.loads(previous[1])
+                record = json.loads(line)
             except ValueError:
-                return  # torn last line
+                return  # torn, or still being written
+            yield record
+            return
+        yield _parse(line, path, number)

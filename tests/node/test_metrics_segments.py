@@ -16,7 +16,14 @@ from gossip.memory import MemoryNetwork
 from node import metrics_segments
 from node.dashboard.follow import DataDirFollower
 from node.metrics import MetricsWriter, read_metrics
-from node.metrics_segments import compress, iter_metrics, list_segments, rotate, tidy
+from node.metrics_segments import (
+    complete_records,
+    compress,
+    iter_metrics,
+    list_segments,
+    rotate,
+    tidy,
+)
 from node.round_outputs import RoundOutputs
 from swarm.config import parse_config
 from tests.node.helpers import stub_config, stub_node
@@ -196,3 +203,17 @@ def test_a_segment_compressed_between_listing_and_reading_is_read_from_its_gz(
 
     monkeypatch.setattr(metrics_segments, "list_segments", listed_then_compressed)
     assert _rounds(live) == list(range(1, 21))
+
+
+def test_a_line_being_written_while_read_lazily_is_not_called_corrupt(tmp_path: Path) -> None:
+    """A lazy reader can reach the end of the file in the middle of the line the node is
+    writing, and find its rest on the next read. Found by the full suite (the MQTT outage
+    test read `...:24: corrupt metrics line`): reading stops at the first line without
+    its newline."""
+    one, two, three = (json.dumps(_record(r)).encode() + b"\n" for r in (1, 2, 3))
+    live = tmp_path / "metrics.jsonl"
+    as_read = [one, two[:40], two[40:], three]  # EOF hit mid-line 2, then its rest
+    assert [r["round"] for r in complete_records(as_read, live)] == [1]
+    assert [r["round"] for r in complete_records([one, two, three[:-1]], live)] == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: corrupt"):
+        list(complete_records([one, b"{not json\n", three], live))

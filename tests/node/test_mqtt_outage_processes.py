@@ -23,15 +23,12 @@ from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
 from tests.gossip.conftest import Broker, mosquitto_path
+from tests.node.process_helpers import senders
 
 pytestmark = pytest.mark.slow
 
 OUTAGE_S = 6.0
 TIMEOUT_S = 120.0
-
-
-def _senders(records: list[dict]) -> set[str]:
-    return {sender for record in records for sender in record["external_by_sender"]}
 
 
 def _until(check: object, what: str, procs: list[subprocess.Popen]) -> None:
@@ -65,7 +62,7 @@ def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> 
 
     def shared_since(marks: list[int]) -> bool:
         return all(
-            ids[1 - i] in _senders(read_metrics(metrics[i])[marks[i] :]) for i in (0, 1)
+            ids[1 - i] in senders(read_metrics(metrics[i])[marks[i] :]) for i in (0, 1)
         )
 
     try:

@@ -3,17 +3,31 @@
 The situation the first design failed: node A has run for dozens of rounds when node B
 starts with A as its bootstrap peer (the README's "Two nodes by hand"). Both must train
 on each other's groups within a few rounds; again after B is SIGKILLed and restarted from
-its checkpoint (its sequence numbers and version claims must still be accepted); and
-again after A, the bootstrap peer, is SIGKILLed and restarted (B must re-dial it). A
-second process started on A's config while A runs refuses to start.
+its checkpoint with its clock an hour behind (its sequence numbers and version claims
+must still be accepted); and again after A, the bootstrap peer, is SIGKILLed and
+restarted (B must re-dial it). A second process started on A's config while A runs
+refuses to start.
+
+The clock an hour behind (libfaketime, in B's process only; as after an NTP step back, a
+restored VM or a board without a real-time clock) was found by hand: such a node
+connected, and no pubsub traffic went either way. Every peer that remembered it refused
+its RPCs whole, because the signed peer record on each RPC is sequenced by its signer's
+wall clock and was older than the one stored (`gossip.libp2p_records`). With that
+mended, its peers still refused its envelopes as replays, their seqs (wall-clock
+microseconds) being below the floor they held for it, also restored from a checkpoint
+(`node.resume`'s seq reservation). Both for as long as the clock stayed behind.
+Without libfaketime, B restarts on time and the test warns that the clock step went
+untested.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +38,10 @@ from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
 from tests.node.process_helpers import senders, wait_rounds
 
-pytestmark = pytest.mark.slow(seconds=90)
+pytestmark = pytest.mark.slow(seconds=120)
+
+LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
+AN_HOUR_AGO = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": "-1h"} if LIBFAKETIME else {}
 
 HEAD_START_ROUNDS = 60
 """Rounds A has done before B starts (the old design refused everything after ~4)."""
@@ -35,10 +52,13 @@ refused as zero_variance): a node used 2-8 of its peer's groups per 10 rounds, m
 over 7 windows, so 10 rounds left a few-percent chance of none per check (CI saw one)."""
 
 
-def _spawn(config: Path, rounds: int, log: Path, wait_peers: int = 0) -> subprocess.Popen:
+def _spawn(
+    config: Path, rounds: int, log: Path, wait_peers: int = 0, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     return spawn_join(
-        config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=wait_peers
-    )
+        config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=wait_peers,
+        env=env,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,11 +75,13 @@ class _Node:
         return self.log.read_text()[-3000:]
 
 
-def _start_and_share(node: _Node, running: _Node, wait_peers: int = 0) -> None:
+def _start_and_share(
+    node: _Node, running: _Node, wait_peers: int = 0, env: dict[str, str] | None = None
+) -> None:
     """Run `node` for WITHIN_ROUNDS rounds next to `running`: each must train on the
     other's groups meanwhile."""
     before, before_running = len(node.records()), len(running.records())
-    proc = _spawn(node.config, WITHIN_ROUNDS, node.log, wait_peers)
+    proc = _spawn(node.config, WITHIN_ROUNDS, node.log, wait_peers, env)
     assert proc.wait(timeout=300) == 0, node.tail()
     mine = node.records()[before:]
     assert len(mine) == WITHIN_ROUNDS
@@ -105,18 +127,23 @@ def test_a_late_joiner_shares_both_ways_and_again_after_a_kill(tmp_path: Path) -
         # 1. B joins late.
         _start_and_share(node_b, node_a)
 
-        # 2. B runs on, is SIGKILLed, and restarts from its last checkpoint.
+        # 2. B runs on, is SIGKILLed, and restarts from its last checkpoint, its clock an
+        # hour behind: A still holds B's newer signed peer record and B's highest seq.
         b = _spawn(config_b, 1000, node_b.log)
         wait_rounds(node_b.metrics, WITHIN_ROUNDS + 5, b, 300)
         os.kill(b.pid, signal.SIGKILL)
         b.wait()
-        _start_and_share(node_b, node_a)
+        if not AN_HOUR_AGO:
+            warnings.warn("libfaketime not installed (make system-deps): B restarts on time, "
+                          "the clock step back is not tested", stacklevel=1)  # fmt: skip
+        _start_and_share(node_b, node_a, env=AN_HOUR_AGO)
         assert a.poll() is None, node_a.tail()  # A never stopped
 
-        # 3. Now A (the bootstrap peer) is SIGKILLed while B runs, and restarts. A cannot
-        # dial B (B is not its bootstrap peer): B re-dials A with backoff, which takes
-        # seconds, while a tiny-model round takes ~30 ms: A waits for its peer.
-        b = _spawn(config_b, 1000, node_b.log)
+        # 3. Now A (the bootstrap peer) is SIGKILLed while B runs (still behind), and
+        # restarts from its checkpoint, B's seq floor with it. A cannot dial B (B is not
+        # its bootstrap peer): B re-dials A with backoff, which takes seconds, while a
+        # tiny-model round takes ~30 ms: A waits for its peer.
+        b = _spawn(config_b, 1000, node_b.log, env=AN_HOUR_AGO)
         wait_rounds(node_b.metrics, len(node_b.records()) + 3, b, 300)
         os.kill(a.pid, signal.SIGKILL)
         a.wait()

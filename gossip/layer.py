@@ -75,7 +75,7 @@ from typing import Any
 
 from gossip.chunking import MAX_CHUNKS, Reassembler, sha256, split
 from gossip.counters import GossipCounters
-from gossip.ratelimit import RateLimiter
+from gossip.ratelimit import STALL_GRACE_S, RateLimiter
 from gossip.scoring import PeerScores
 from gossip.seen import SeenCache
 from swarm.clock import Clock
@@ -186,6 +186,7 @@ class Gossip:
         self._seen = SeenCache(config.seen_cache_size)
         self.scores = PeerScores(config.scoring, clock)
         self._limiter = RateLimiter(config.rate_limit_per_s, config.rate_burst, clock)
+        self._stalled_s_logged = 0.0
         self._reassembly = Reassembler(
             max_pending_bytes=config.max_reassembly_bytes,
             max_message_bytes=config.max_envelope_bytes,
@@ -225,6 +226,19 @@ class Gossip:
         self._started = False
         self._reassembly.clear()
         await self.transport.stop()
+
+    def note_alive(self) -> None:
+        """Call every `ALIVE_TICK_S` while running: a stall of this process is then not
+        charged to the peers whose messages piled up meanwhile (`gossip.ratelimit`)."""
+        self._limiter.note_alive()
+        stalled = self._limiter.stalled_s - self._stalled_s_logged
+        if stalled > 0:
+            self._stalled_s_logged = self._limiter.stalled_s
+            logger.warning(
+                "this process did not run for %.1f s (stopped, suspended, or starved of CPU): "
+                "what peers sent meanwhile is taken at their sustained rate for the next %.0f s",
+                stalled, STALL_GRACE_S,
+            )  # fmt: skip
 
     async def subscribe(self, topic: str) -> None:
         await self.transport.subscribe(topic)

@@ -9,6 +9,15 @@ Invariants:
   Forgetting a bucket can only *help* that peer (it comes back full), so an attacker
   cycling identities gains nothing it could not get from new identities anyway, and
   cannot drain an honest peer's bucket.
+- A stall of this process (stopped by Ctrl-Z or SIGSTOP, a suspended laptop or VM, a
+  machine too loaded to run it) is not charged to peers. Peers kept sending at their
+  sustained rate meanwhile, and what the transports buffered then arrives at once, far
+  beyond `burst`: refused as `rate_limited`, it got every such peer ignored (120 s after
+  a 90 s stop, found by hand). A node that calls `note_alive` every `ALIVE_TICK_S`
+  shows a stall as a gap of over `STALL_AFTER_S` between two signs of life (a tick, or
+  any `allow`). For `STALL_GRACE_S` after one, buckets refill past `burst` by what the
+  stall's length allows at the sustained rate (`rate_per_s` x stall), no further; a
+  limiter never told it is alive (simnet, tests) never credits a stall.
 """
 
 from __future__ import annotations
@@ -17,6 +26,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from swarm.clock import Clock
+
+ALIVE_TICK_S = 0.5
+"""How often a running node calls `note_alive`."""
+STALL_AFTER_S = 2.0
+"""A gap this long between two signs of life is a stall of this process (four ticks
+missed: an event loop merely busy runs its timers far more often than that)."""
+STALL_GRACE_S = 30.0
+"""How long after a stall its credit lasts: the backlog it left arrives within seconds."""
 
 
 @dataclass
@@ -38,6 +55,14 @@ class RateLimiter:
         self.max_peers = max_peers
         self._clock = clock
         self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._alive_at: float | None = None
+        self._credit = 0.0
+        """Tokens a bucket may hold past `burst` until `_credit_until` (stalls)."""
+        self._credit_until = float("-inf")
+        self.stalls = 0
+        """Stalls of this process seen (see the module invariants)."""
+        self.stalled_s = 0.0
+        """Their total length, seconds."""
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -49,8 +74,25 @@ class RateLimiter:
             return float(self.burst)
         return self._refilled(bucket, self._clock.now())
 
+    def note_alive(self) -> None:
+        """A sign of life of this process, due every `ALIVE_TICK_S` (arms stall credit)."""
+        self._check_stall(self._clock.now())
+
+    def _check_stall(self, now: float) -> None:
+        alive_at, self._alive_at = self._alive_at, now
+        if alive_at is None or now - alive_at <= STALL_AFTER_S:
+            return
+        stalled = now - alive_at
+        self.stalls += 1
+        self.stalled_s += stalled
+        active = self._credit if now <= self._credit_until else 0.0
+        self._credit = active + stalled * self.rate_per_s
+        self._credit_until = now + STALL_GRACE_S
+
     def allow(self, peer: str) -> bool:
         now = self._clock.now()
+        if self._alive_at is not None:
+            self._check_stall(now)
         bucket = self._buckets.get(peer)
         if bucket is None:
             bucket = TokenBucket(float(self.burst), now)
@@ -68,4 +110,5 @@ class RateLimiter:
 
     def _refilled(self, bucket: TokenBucket, now: float) -> float:
         elapsed = max(0.0, now - bucket.updated)
-        return min(float(self.burst), bucket.tokens + elapsed * self.rate_per_s)
+        cap = self.burst + (self._credit if now <= self._credit_until else 0.0)
+        return min(cap, bucket.tokens + elapsed * self.rate_per_s)

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from gossip.layer import Gossip, Received
+from gossip.ratelimit import ALIVE_TICK_S
 from node.checkpointing import Checkpointer
 from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
@@ -269,7 +270,11 @@ class Node:
         if on_started is not None:
             on_started()
         self._admissions = asyncio.Queue(ADMISSION_QUEUE)
-        background = {"receive": self._receive_loop(), "announce": self._announce_loop()}
+        background = {
+            "receive": self._receive_loop(),
+            "announce": self._announce_loop(),
+            "alive": self._alive_loop(),
+        }
         for i in range(ADMISSION_WORKERS):
             background[f"admit-{i}"] = self._admit_loop()
         try:
@@ -311,6 +316,11 @@ class Node:
         """The transport's own counters (receive-queue drops and bytes), where it has any."""
         stats = getattr(self.gossip.transport, "stats", None)
         return stats() if callable(stats) else None
+
+    async def _alive_loop(self) -> None:
+        while True:
+            self.gossip.note_alive()
+            await self.clock.sleep(ALIVE_TICK_S)
 
     async def _announce_loop(self) -> None:
         while True:

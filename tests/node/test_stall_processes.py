@@ -1,0 +1,78 @@
+"""A node whose process stops for a while (Ctrl-Z, SIGSTOP, a suspended laptop or VM),
+as real `swarm join` processes over libp2p.
+
+Found by hand: B stopped for 90 s next to A, then continued, ignored A for the next two
+minutes. A had gone on publishing at its usual rate; what the transports buffered
+meanwhile reached B at once on waking, far beyond its rate limit's burst, and the
+refusals (`rate_limited`) scored A down until B ignored it. Now B counts the time it did
+not run as time the peers could send in (`gossip.ratelimit`), says so in its log, and
+uses A's groups again as soon as it has worked through the backlog.
+
+B's burst is set small (20 messages: A's backlog passes it within a second of A's
+rounds), so a short stop shows what a long one did with the default burst of 500.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from node.demo import spawn_join, write_configs
+from node.metrics import read_metrics
+from swarm.identity import load_or_create_key_file
+from tests.node.process_helpers import senders
+
+pytestmark = pytest.mark.slow(seconds=45)
+
+STOPPED_S = 12.0
+"""How long B is stopped: A publishes a rollout batch a round, 8-16 rounds a second."""
+BURST = 20
+
+
+def _uses(metrics: Path, sender: str, after: int, proc: subprocess.Popen, timeout: float) -> None:
+    """Until a round of `metrics` past the first `after` trained on `sender`'s groups."""
+    deadline = time.monotonic() + timeout
+    while sender not in senders(read_metrics(metrics)[after:]):
+        assert proc.poll() is None, f"exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"no groups of {sender} in {timeout} s"
+        time.sleep(0.2)
+
+
+def test_a_node_stopped_for_a_while_takes_up_its_peer_again(tmp_path: Path) -> None:
+    config_a, config_b = write_configs(2, 1000, tmp_path)
+    for config in (config_a, config_b):
+        # Slow learners: groups keep reward variance, so "used" does not hang on learning.
+        text = config.read_text().replace("learning_rate = 0.0003", "learning_rate = 1e-06")
+        if config == config_b:
+            text += f"\n[gossip]\nrate_burst = {BURST}\n"
+        config.write_text(text)
+    metrics_b = tmp_path / "node-1" / "metrics.jsonl"
+    log_b = tmp_path / "node-1.log"
+    id_a = load_or_create_key_file(tmp_path / "node-0" / "node.key").peer_id
+    procs = [
+        spawn_join(config, 100_000, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+        for config, log in ((config_a, tmp_path / "node-0.log"), (config_b, log_b))
+    ]
+    b = procs[1]
+    try:
+        _uses(metrics_b, id_a, 0, b, 120)
+        os.kill(b.pid, signal.SIGSTOP)
+        time.sleep(STOPPED_S)
+        os.kill(b.pid, signal.SIGCONT)
+        woke = len(read_metrics(metrics_b))
+        _uses(metrics_b, id_a, woke, b, 60)
+        last = read_metrics(metrics_b)[-1]
+        assert last["peer_scores"]["ignores_started"] == 0, last["peer_scores"]
+        assert "this process did not run for" in log_b.read_text()
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            proc.wait(timeout=60)

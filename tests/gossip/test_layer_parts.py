@@ -9,7 +9,7 @@ import pytest
 
 from gossip.chunking import Reassembler, sha256, split
 from gossip.counters import GossipCounters
-from gossip.ratelimit import RateLimiter
+from gossip.ratelimit import ALIVE_TICK_S, STALL_AFTER_S, STALL_GRACE_S, RateLimiter
 from gossip.seen import SeenCache
 from swarm.errors import WireError
 from swarm.messages import Chunk
@@ -88,6 +88,71 @@ def test_token_bucket_burst_then_rate() -> None:
     clock.t += 100
     assert limiter.tokens("a") == 3.0  # capped at burst
     assert [limiter.allow("a") for _ in range(4)] == [True, True, True, False]
+
+
+def _spend(limiter: RateLimiter, peer: str, most: int = 100_000) -> int:
+    """How many messages of `peer` the limiter takes now, back to back."""
+    taken = 0
+    while taken < most and limiter.allow(peer):
+        taken += 1
+    return taken
+
+
+def test_a_stall_of_this_process_is_not_charged_to_peers() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(rate_per_s=10.0, burst=20, clock=clock)
+    assert _spend(limiter, "a") == 20
+    for _ in range(20):  # a live node ticks; a peer at the sustained rate is taken
+        clock.t += ALIVE_TICK_S
+        limiter.note_alive()
+        assert _spend(limiter, "a") == 5
+    assert limiter.stalls == 0
+    clock.t += 90.0  # stopped: no tick, no message; the peer sent 900 meanwhile
+    assert _spend(limiter, "a") == 900  # what the stall's length allows, no more
+    assert (limiter.stalls, limiter.stalled_s) == (1, 90.0)
+    clock.t += 1.0
+    assert _spend(limiter, "a") == 10  # then the sustained rate again
+    for _ in range(int(STALL_GRACE_S / ALIVE_TICK_S)):
+        clock.t += ALIVE_TICK_S
+        limiter.note_alive()
+    assert limiter.stalls == 1
+    assert limiter.tokens("a") == 20.0  # the credit has lapsed: capped at burst
+
+
+def test_a_limiter_never_told_it_is_alive_credits_nothing() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(rate_per_s=10.0, burst=20, clock=clock)
+    assert _spend(limiter, "a") == 20
+    clock.t += 90.0
+    assert _spend(limiter, "a") == 20
+    assert limiter.stalls == 0
+
+
+def test_a_busy_but_ticking_node_credits_nothing_to_a_flood() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(rate_per_s=10.0, burst=20, clock=clock)
+    limiter.note_alive()
+    flood = 0
+    for _ in range(100):  # ticks as late as they may come without being a stall
+        clock.t += STALL_AFTER_S
+        limiter.note_alive()
+        flood += _spend(limiter, "a")
+    assert limiter.stalls == 0
+    assert flood == 100 * int(STALL_AFTER_S * 10)  # the sustained rate only
+
+
+def test_credit_of_a_stall_lapses_also_for_a_peer_silent_since() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(rate_per_s=10.0, burst=20, clock=clock)
+    limiter.note_alive()
+    assert _spend(limiter, "quiet", 1) == 1
+    clock.t += 60.0
+    limiter.note_alive()  # the stall is seen by a tick this time
+    while clock.t <= 160.0 + STALL_GRACE_S:  # "quiet" sends nothing until the grace is over
+        clock.t += ALIVE_TICK_S
+        limiter.note_alive()
+    assert limiter.stalls == 1
+    assert _spend(limiter, "quiet") == 20
 
 
 def test_clock_going_backwards_adds_nothing() -> None:

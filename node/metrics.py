@@ -174,7 +174,7 @@ class MetricsWriter:
             self._fd = None
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
+def read_metrics(path: Path | str) -> list[dict[str, Any]]:
     """All complete records of a node's metrics, its rotated segments first (a torn last
     line is skipped). For long runs prefer streaming them: `iter_metrics`."""
     return list(iter_metrics(path))

@@ -127,10 +127,11 @@ def open_segment(path: Path) -> IO[bytes]:
         return gzip.open(path.with_name(path.name + ".gz"), "rb")
 
 
-def iter_metrics(live: Path) -> Iterator[dict[str, Any]]:
+def iter_metrics(live: Path | str) -> Iterator[dict[str, Any]]:
     """Every record of a node's metrics, oldest first: its segments, then `live` (whose
     torn last line, of a node that is writing or was killed, is skipped). A corrupt line
     anywhere else raises ValueError naming the file and line."""
+    live = Path(live)
     for _, path in list_segments(live):
         try:
             f = open_segment(path)

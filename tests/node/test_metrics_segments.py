@@ -74,6 +74,7 @@ def test_rotation_keeps_every_record_in_order_plain_and_compressed(tmp_path: Pat
     assert all(p.suffix == ".gz" for _, p in list_segments(live))
     assert not list(tmp_path.glob("metrics-*.jsonl"))
     assert read_metrics(live) == [_record(r) for r in range(1, 101)]
+    assert read_metrics(str(live)) == read_metrics(live)  # as before segments: a str path
     # A restarted writer goes on after the newest segment.
     writer = MetricsWriter(live, rotate_bytes=2000)
     more = _write(writer, range(101, 131))

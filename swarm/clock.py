@@ -20,9 +20,19 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None: ...
 
 
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
 class WallClock:
+    """Seconds that also count while the machine is suspended (Linux's boot clock), so a
+    laptop's sleep is time that passed for its rate limits, ignore periods and stall
+    checks (`gossip.ratelimit`) as it did for its peers. `time.monotonic` stops during a
+    suspend; it is the fallback where there is no boot clock."""
+
     def now(self) -> float:
-        return time.monotonic()
+        if _BOOTTIME is None:
+            return time.monotonic()
+        return time.clock_gettime(_BOOTTIME)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -66,3 +67,17 @@ def test_wall_clock_moves_forward() -> None:
     before = clock.now()
     asyncio.run(clock.sleep(0.001))
     assert clock.now() >= before + 0.001
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="no boot clock on this OS")
+def test_wall_clock_counts_time_suspended(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A suspend cannot be made here, and on a machine never suspended the boot clock and
+    # the monotonic one agree: the boot clock is read as if an hour had been slept away.
+    real = time.clock_gettime
+    slept = 3600.0
+
+    def after_a_suspend(clock_id: int) -> float:
+        return real(clock_id) + (slept if clock_id == time.CLOCK_BOOTTIME else 0.0)
+
+    monkeypatch.setattr(time, "clock_gettime", after_a_suspend)
+    assert WallClock().now() - time.monotonic() > slept - 1.0

@@ -20,6 +20,9 @@ Invariants:
   and one per peer given up; never one per attempt. Counted: `dials_attempted`,
   `dials_failed`, `peers_given_up`.
 - A failed dial never raises out of `run` (whatever the library raises for a dead peer).
+  Its cause is logged in words; a node that answers with another peer id than the
+  address names (a bootstrap peer that got a new key, a mistyped `/p2p/` part) is said
+  to be exactly that, with the id it has (`dial_failure_cause`), not "unreachable".
 - Host names in addresses are resolved by the system resolver before each dial
   (`gossip.libp2p_dns`).
 - The library's own re-dialing is off: its swarm's `AutoConnector` re-dials every peer in
@@ -34,17 +37,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import re
 from typing import Any
 
 import multiaddr
 import trio
 from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.exceptions import MultiError
 from libp2p.network.auto_connector import AutoConnector
 from libp2p.network.config import RetryConfig
 from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PeerStoreError
+from libp2p.security.noise.exceptions import PeerIDMismatchesPubkey
 
 from gossip.libp2p_dns import resolve_host_names
 
@@ -231,7 +237,7 @@ class Redialer:
             return f"no answer within {DIAL_TIMEOUT_S:.0f} s"
         except Exception as exc:  # noqa: BLE001 - what the library raises for a dead peer
             log.debug("dial %s failed: %r", info.peer_id, exc)
-            return f"{type(exc).__name__}: {exc}"[:200]
+            return dial_failure_cause(exc)
         log.info("connected to %s", info.peer_id)
         return None
 
@@ -327,3 +333,32 @@ def quiet_dial_failures() -> None:
         logger = logging.getLogger(name)
         if _DIAL_FAILURE_FILTER not in logger.filters:
             logger.addFilter(_DIAL_FAILURE_FILTER)
+
+
+_OTHER_ID = re.compile(r"remote_peer_id_from_pubkey=(\w+)")
+
+
+def dial_failure_cause(error: BaseException) -> str:
+    """What a failed dial's exception means, for the log: the library's words (shortened),
+    or, where the node that answered proved another peer id than the one dialed, that."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [error]
+    while pending:
+        exc = pending.pop()
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, PeerIDMismatchesPubkey):
+            found = _OTHER_ID.search(str(exc))
+            other = found.group(1) if found else "another peer"
+            return (
+                f"the node at that address is {other}, not this peer: it has a new key, or "
+                "the address's /p2p/ part is wrong; use the address the node prints as "
+                "'listening on'"
+            )
+        if isinstance(exc, MultiError):
+            pending.extend(e for e in exc.errors if isinstance(e, BaseException))
+        elif isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        pending.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
+    return f"{type(error).__name__}: {error}"[:200]

@@ -127,6 +127,21 @@ def test_bootstrap_peer_down_at_start_is_retried(spawn_peer: Any, free_tcp_port:
     assert len(wait_received(early, late, 3)) == 3
 
 
+def test_a_bootstrap_address_naming_another_peer_id_says_who_answers(spawn_peer: Any) -> None:
+    """Found by hand: a bootstrap peer that got a new key (or a mistyped /p2p/ part) was
+    logged as "unreachable (SwarmDialAllFailedError: unable to connect ...)", which sends
+    its user looking at firewalls. The node there answers, with another id: say so."""
+    listener = libp2p_peer(spawn_peer, "listener", "--listen", LOCAL).ready()
+    stale = listener.addrs[0].replace(listener.peer_id, Identity.generate().peer_id)
+    dialer = libp2p_peer(spawn_peer, "dialer", "--bootstrap", stale).ready()
+    said = f"the node at that address is {listener.peer_id}, not this peer: it has a new key"
+    deadline = time.monotonic() + 20
+    while said not in dialer.stderr_tail():
+        assert time.monotonic() < deadline, dialer.stderr_tail()
+        time.sleep(0.2)
+    assert "SwarmDialAllFailedError" not in dialer.stderr_tail()
+
+
 def test_a_restarted_sender_is_heard_at_once_after_publishing_faster_than_a_second(
     spawn_peer: Any,
 ) -> None:

@@ -339,12 +339,14 @@ _OTHER_ID = re.compile(r"remote_peer_id_from_pubkey=(\w+)")
 
 
 def dial_failure_cause(error: BaseException) -> str:
-    """What a failed dial's exception means, for the log: the library's words (shortened),
-    or, where the node that answered proved another peer id than the one dialed, that."""
+    """What a failed dial's exception means, for the log: where the node that answered
+    proved another peer id than the one dialed, that; else the root causes (such as
+    "ConnectionRefusedError: ... Connection refused"), not the library's wrappers."""
     seen: set[int] = set()
     pending: list[BaseException] = [error]
+    roots: list[str] = []
     while pending:
-        exc = pending.pop()
+        exc = pending.pop(0)
         if id(exc) in seen:
             continue
         seen.add(id(exc))
@@ -356,9 +358,16 @@ def dial_failure_cause(error: BaseException) -> str:
                 "the address's /p2p/ part is wrong; use the address the node prints as "
                 "'listening on'"
             )
+        inner: list[BaseException] = []
         if isinstance(exc, MultiError):
-            pending.extend(e for e in exc.errors if isinstance(e, BaseException))
+            inner.extend(e for e in exc.errors if isinstance(e, BaseException))
         elif isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        pending.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
-    return f"{type(error).__name__}: {error}"[:200]
+            inner.extend(exc.exceptions)
+        inner.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
+        if inner:
+            pending.extend(inner)
+        else:
+            root = f"{type(exc).__name__}: {exc}"
+            if root not in roots:
+                roots.append(root)
+    return "; ".join(roots)[:300]

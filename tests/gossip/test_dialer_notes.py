@@ -14,10 +14,11 @@ from typing import Any
 import multiaddr
 import pytest
 import trio
+from libp2p.exceptions import MultiError
 from libp2p.peer.id import ID
 
 import gossip.libp2p_dialer as dialer_mod
-from gossip.libp2p_dialer import Redialer
+from gossip.libp2p_dialer import Redialer, dial_failure_cause
 from swarm.identity import Identity
 
 ADDR = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/9")
@@ -72,3 +73,16 @@ def test_a_peer_that_came_and_went_between_two_checks_is_redialed(
     trio.run(scenario)
     assert (visitor in host.dialed) == noted
     assert redialer.dials_failed == host.dialed.count(visitor)
+
+
+def test_a_dial_failure_is_told_by_its_root_cause() -> None:
+    # The shape py-libp2p 0.8.1 raises for a closed port (seen by hand).
+    refused = ConnectionRefusedError(111, "Connection refused")
+    group = ExceptionGroup("all attempts failed", [refused])
+    os_error = OSError("all attempts to connect to 127.0.0.1:9 failed")
+    os_error.__cause__ = group
+    swarm_error = RuntimeError("fail to open connection to peer")
+    swarm_error.__cause__ = os_error
+    top = MultiError([swarm_error])
+    assert dial_failure_cause(top) == "ConnectionRefusedError: [Errno 111] Connection refused"
+    assert dial_failure_cause(ValueError("plain")) == "ValueError: plain"

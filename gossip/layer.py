@@ -235,8 +235,9 @@ class Gossip:
         if stalled > 0:
             self._stalled_s_logged = self._limiter.stalled_s
             logger.warning(
-                "this process did not run for %.1f s (stopped, suspended, or starved of CPU): "
-                "what peers sent meanwhile is taken at their sustained rate for the next %.0f s",
+                "this process did not run for %.1f s (stopped, suspended, starved of CPU, or "
+                "busy in one long step): what peers sent meanwhile is taken at their "
+                "sustained rate for the next %.0f s",
                 stalled, STALL_GRACE_S,
             )  # fmt: skip
 

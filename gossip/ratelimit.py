@@ -1,8 +1,9 @@
 """Per-peer token buckets on an injected clock.
 
 Invariants:
-- Time comes only from the injected `Clock` (virtual in simnet, monotonic in
-  production), never from `time.time`; a clock that goes backwards adds no tokens.
+- Time comes only from the injected `Clock` (virtual in simnet, the boot clock in
+  production: `swarm.clock.WallClock`), never from `time.time`; a clock that goes
+  backwards adds no tokens.
 - A peer seen for the first time starts with a full bucket (`burst` tokens); each
   accepted message costs one token; tokens refill at `rate_per_s` up to `burst`.
 - At most `max_peers` buckets are kept; the least recently used one is forgotten.
@@ -10,14 +11,15 @@ Invariants:
   cycling identities gains nothing it could not get from new identities anyway, and
   cannot drain an honest peer's bucket.
 - A stall of this process (stopped by Ctrl-Z or SIGSTOP, a suspended laptop or VM, a
-  machine too loaded to run it) is not charged to peers. Peers kept sending at their
-  sustained rate meanwhile, and what the transports buffered then arrives at once, far
-  beyond `burst`: refused as `rate_limited`, it got every such peer ignored (120 s after
-  a 90 s stop, found by hand). A node that calls `note_alive` every `ALIVE_TICK_S`
-  shows a stall as a gap of over `STALL_AFTER_S` between two signs of life (a tick, or
-  any `allow`). For `STALL_GRACE_S` after one, buckets refill past `burst` by what the
-  stall's length allows at the sustained rate (`rate_per_s` x stall), no further; a
-  limiter never told it is alive (simnet, tests) never credits a stall.
+  machine too loaded to run it, an event loop held by one long step) is not charged to
+  peers. They kept sending at their sustained rate meanwhile, and what the transports
+  buffered then arrives at once, far beyond `burst`: refused as `rate_limited`, it got
+  every such peer ignored (for 120 s after a 90 s stop, found by hand). A node that
+  calls `note_alive` every `ALIVE_TICK_S` shows a stall as a gap of over
+  `STALL_AFTER_S` between two signs of life (a tick, or any `allow`). For
+  `STALL_GRACE_S` after one, buckets refill past `burst` by what the stall's length
+  allows at the sustained rate (`rate_per_s` x stall), no further; a limiter never told
+  it is alive (simnet, tests) never credits a stall.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ from node.model_thread import ModelThread
 from node.own_samples import OwnSamples
 from node.peer_table import OwnProgress
 from node.pool import RolloutPool
+from node.publish_pacing import BatchPacer
 from node.resume import node_state, resume
 from node.round_outputs import RoundOutputs
 from node.round_record import round_record
@@ -139,6 +140,7 @@ class Node:
         self.progress = OwnProgress()
         """What our hellos say of our progress (peers show it as our claim)."""
         self._silence = SilenceWatch()
+        self.publish_pacer = BatchPacer()
         self.own_samples = OwnSamples(
             config, self.tasks, lambda: self.learner, self.model_offload, offload
         )
@@ -374,13 +376,15 @@ class Node:
     async def _publish_own(
         self, groups: Sequence[LocalGroup], sampled_version: int, version: int
     ) -> None:
-        """Our groups, sampled at `sampled_version`, published as of policy `version`."""
+        """Our groups, sampled at `sampled_version`, published as of policy `version`
+        (with a later round's when rounds come faster than peers take batches:
+        `node.publish_pacing`)."""
         learner = self.learner
         family = learner.model_family
-        batch = RolloutBatch(
-            tuple(g.to_wire(learner.model_id, sampled_version, family) for g in groups)
-        )
-        await self.gossip.publish(self._rollouts_topic, batch, version)
+        wire = [g.to_wire(learner.model_id, sampled_version, family) for g in groups]
+        batch = self.publish_pacer.offer(wire, self.clock.now())
+        if batch is not None:
+            await self.gossip.publish(self._rollouts_topic, RolloutBatch(batch), version)
 
     async def run_round(self) -> dict[str, Any]:
         sapo = self.config.sapo

@@ -37,6 +37,9 @@ pytestmark = pytest.mark.slow(seconds=45)
 STOPPED_S = 12.0
 """How long B is stopped: A publishes up to 10 batches a second meanwhile."""
 RATE, BURST = 12, 20
+RUN_ON_S = 10.0
+"""How long both run on once B has used A's groups after waking: unpaced, A's batches
+(20-40 a second) get it ignored by B within a few seconds."""
 
 
 def _uses(metrics: Path, sender: str, after: int, proc: subprocess.Popen, timeout: float) -> None:
@@ -73,6 +76,8 @@ def test_a_quick_peer_is_taken_up_also_by_a_node_stopped_for_a_while(tmp_path: P
         os.kill(b.pid, signal.SIGCONT)
         woke = len(read_metrics(metrics_b))
         _uses(metrics_b, id_a, woke, b, 60)
+        time.sleep(RUN_ON_S)
+        assert all(proc.poll() is None for proc in procs)
         last = read_metrics(metrics_b)[-1]
         assert last["peer_scores"]["ignores_started"] == 0, last["peer_scores"]
         assert "this process did not run for" in log_b.read_text()

@@ -5,8 +5,11 @@ Invariants:
   (gossip already authenticated; `Intake.handle` updates the peers and sender-version
   tables, and rollouts and deltas are queued for admission without waiting on them),
   `admit-<i>` (`Intake.admit`: re-scoring through the `Rescorer`, delta decoding through
-  `offload`: nothing a peer chooses runs on the event loop) and `announce` (hello on the
-  peers topic, at once again when a new peer said hello, at most once a second).
+  `offload`: nothing a peer chooses runs on the event loop), `announce` (hello on the
+  peers topic, at once again when a new peer said hello, at most once a second) and
+  `alive` (a tick to the rate limiter, so that a stall of this process is not charged
+  to peers: `gossip.ratelimit`). Our batches are paced under peers' per-sender rate
+  limits (`node.publish_pacing`).
   A dead task stops the node with its error; nothing the network or a peer causes
   does (gossip counts failed publishes; refusals are counted by reason).
 - The admission queue is bounded (`ADMISSION_QUEUE`); a batch that does not fit is

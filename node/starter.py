@@ -24,7 +24,10 @@ def learning_settings() -> dict[str, Any]:
         "model": {"name_or_path": "builtin:tiny"},
         "tasks": {"mixture": [{"source": "digit", "weight": 1.0}]},
         "sampler": {"group_size": 8, "max_new_tokens": 2},
-        "train": {"learning_rate": 3e-4},
+        # Without the entropy bonus, 3 of 4 seeds settled within 300 rounds on one answer
+        # for every prompt (reward ~0.6 of 1.5), after which no group differs in reward
+        # and GRPO stops learning; with 0.1, all 4 went on (0.94-1.35 by round 600).
+        "train": {"learning_rate": 3e-4, "entropy_coef": 0.1},
         "rewards": {"format_weight": 0.5},
     }
 

@@ -8,7 +8,11 @@ Per token (PPO clipped surrogate with DAPO's asymmetric clip):
     ratio = exp(logprobs - old_logprobs)
     pg    = -min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A)
     pg   *= importance_weights            (truncated sampler/trainer correction; detached)
-    loss_t = pg + beta * kl_t,   kl_t = exp(ref - logp) - (ref - logp) - 1   (k3, >= 0)
+    loss_t = pg + beta * kl_t - entropy_coef * H_t
+    kl_t = exp(ref - logp) - (ref - logp) - 1   (k3, >= 0)
+    H_t  = the policy's entropy at that position (optional `entropy` [B, T], with grad):
+           a bonus that keeps a group's completions apart, so that they keep differing
+           in reward (a policy that answers every prompt alike leaves GRPO no signal)
 Aggregation over the batch (the variants differ only here):
     grpo:    (1/N) sum_i (sum_t loss_it m_it / sum_t m_it)      per-sequence mean
     dr_grpo: sum_it loss_it m_it / (N * L)                      constant normalizer
@@ -38,6 +42,8 @@ class LossOutputs:
     low_clip_frac: float
     high_clip_frac: float
     kl: float
+    entropy: float
+    """Mean policy entropy over masked tokens (0.0 when not given)."""
     ratio_mean: float
     n_tokens: int
 
@@ -65,6 +71,8 @@ def _per_token(
     ref_logprobs: torch.Tensor | None,
     beta: float,
     importance_weights: torch.Tensor | None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
     eps_high = epsilon if epsilon_high is None else epsilon_high
     m = mask.to(logprobs.dtype)
@@ -80,6 +88,11 @@ def _per_token(
         kl = k3_kl(logprobs, ref_logprobs.detach())
         loss = loss + beta * kl
         kl_value = float((kl.detach() * m).sum() / n)
+    entropy_value = 0.0
+    if entropy is not None:
+        if entropy_coef != 0:
+            loss = loss - entropy_coef * entropy
+        entropy_value = float((entropy.detach() * m).sum() / n)
     with torch.no_grad():
         low = ((ratio < 1 - epsilon) & (adv < 0)).to(m.dtype) * m
         high = ((ratio > 1 + eps_high) & (adv > 0)).to(m.dtype) * m
@@ -87,6 +100,7 @@ def _per_token(
             "low_clip_frac": float(low.sum() / n),
             "high_clip_frac": float(high.sum() / n),
             "kl": kl_value,
+            "entropy": entropy_value,
             "ratio_mean": float((ratio * m).sum() / n),
         }
     return loss * m, stats, m
@@ -99,6 +113,7 @@ def _outputs(loss: torch.Tensor, stats: dict[str, float], m: torch.Tensor) -> Lo
         low_clip_frac=stats["low_clip_frac"],
         high_clip_frac=stats["high_clip_frac"],
         kl=stats["kl"],
+        entropy=stats["entropy"],
         ratio_mean=stats["ratio_mean"],
         n_tokens=int(m.sum()),
     )
@@ -115,6 +130,8 @@ def grpo_loss(
     ref_logprobs: torch.Tensor | None = None,
     beta: float = 0.0,
     importance_weights: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_completion_length: int | None = None,
@@ -130,6 +147,8 @@ def grpo_loss(
         ref_logprobs,
         beta,
         importance_weights,
+        entropy,
+        entropy_coef,
     )
     per_seq = per_tok.sum(-1) / m.sum(-1).clamp(min=1)
     n = num_sequences if num_sequences is not None else logprobs.shape[0]
@@ -147,6 +166,8 @@ def dr_grpo_loss(
     ref_logprobs: torch.Tensor | None = None,
     beta: float = 0.0,
     importance_weights: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_completion_length: int | None = None,
@@ -162,6 +183,8 @@ def dr_grpo_loss(
         ref_logprobs,
         beta,
         importance_weights,
+        entropy,
+        entropy_coef,
     )
     n = num_sequences if num_sequences is not None else logprobs.shape[0]
     length = max_completion_length if max_completion_length is not None else logprobs.shape[1]
@@ -179,6 +202,8 @@ def dapo_loss(
     ref_logprobs: torch.Tensor | None = None,
     beta: float = 0.0,
     importance_weights: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_completion_length: int | None = None,
@@ -194,6 +219,8 @@ def dapo_loss(
         ref_logprobs,
         beta,
         importance_weights,
+        entropy,
+        entropy_coef,
     )
     total = num_tokens if num_tokens is not None else int(m.sum())
     return _outputs(per_tok.sum() / max(total, 1), stats, m)

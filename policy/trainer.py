@@ -133,6 +133,8 @@ class StepStats:
     n_tokens: int = 0
     clip_frac: float = 0.0
     kl: float = 0.0
+    entropy: float = 0.0
+    """Mean policy entropy over the step's tokens (0.0 unless `entropy_coef` > 0)."""
     grad_norm: float = 0.0
     importance_weight_mean: float = 1.0
     """Mean truncated importance weight over local tokens with sampler logprobs."""
@@ -310,8 +312,11 @@ class Trainer:
         else:
             stats.n_peer_ratio_one += 1
 
-    def _logprobs(self, model: Any, rows: list[_Row]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(completion logprobs [B, T], mask [B, T]) of `rows` under `model`."""
+    def _logprobs(
+        self, model: Any, rows: list[_Row], entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(completion logprobs [B, T], mask [B, T], with `entropy` the policy's entropy
+        at each completion position [B, T], else None) of `rows` under `model`."""
         width = max(len(r.ids) for r in rows)
         ids = torch.zeros((len(rows), width), dtype=torch.long)
         attn = torch.zeros((len(rows), width), dtype=torch.long)
@@ -330,13 +335,16 @@ class Trainer:
             [[min(r.start - 1 + j, width - 2) for j in range(t)] for r in rows], device=self.device
         )
         mask = torch.tensor([[j < n for j in range(t)] for n in comp_len], device=self.device)
-        return token_logp.gather(1, index) * mask, mask
+        entropies = None
+        if entropy:
+            entropies = -(logp.exp() * logp).sum(-1).gather(1, index) * mask
+        return token_logp.gather(1, index) * mask, mask, entropies
 
     def _no_grad_logprobs(self, model: Any, rows: list[_Row]) -> list[torch.Tensor]:
         out = []
         with torch.no_grad():
             for mb in self._micro_batches(rows):
-                lp, _ = self._logprobs(model, mb)
+                lp, _, _ = self._logprobs(model, mb)
                 out.append(lp)
         return out
 
@@ -436,9 +444,11 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             if checkpointing:
                 _train_mode_without_dropout(self.model)
-            loss_total, clip_tokens, kl_tokens = 0.0, 0.0, 0.0
+            loss_total, clip_tokens, kl_tokens, entropy_tokens = 0.0, 0.0, 0.0, 0.0
             for i, mb in enumerate(micro):
-                lp, mask = self._logprobs(self.model, mb)
+                lp, mask, entropy = self._logprobs(
+                    self.model, mb, entropy=self.config.entropy_coef > 0
+                )
                 out = self.loss_fn(
                     lp,
                     old[i],
@@ -449,12 +459,15 @@ class Trainer:
                     ref_logprobs=ref[i] if ref is not None else None,
                     beta=self.config.beta,
                     importance_weights=weights[i],
+                    entropy=entropy,
+                    entropy_coef=self.config.entropy_coef,
                     **norm,
                 )
                 out.loss.backward()
                 loss_total += float(out.loss.detach())
                 clip_tokens += out.clip_frac * out.n_tokens
                 kl_tokens += out.kl * out.n_tokens
+                entropy_tokens += out.entropy * out.n_tokens
             self.model.eval()
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 self.model.parameters(), self.config.max_grad_norm
@@ -467,6 +480,7 @@ class Trainer:
         stats.n_tokens = n_tokens
         stats.clip_frac = clip_tokens / max(n_tokens, 1)
         stats.kl = kl_tokens / max(n_tokens, 1)
+        stats.entropy = entropy_tokens / max(n_tokens, 1)
         stats.grad_norm = float(grad_norm)
         stats.policy_version = self.policy_version
         stats.timings["update"] = time.perf_counter() - t_update

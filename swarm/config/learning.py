@@ -125,6 +125,10 @@ class TrainConfig(StrictModel):
     """Upper PPO clip range (DAPO clip-higher); defaults to `epsilon`."""
     beta: float = Field(0.0, ge=0)
     """KL coefficient to the initial (reference) policy; 0 keeps no reference copy."""
+    entropy_coef: float = Field(0.0, ge=0, le=1)
+    """Entropy bonus per completion token: keeps a group's completions apart, so that a
+    policy does not settle on one answer for every prompt, where its groups stop
+    differing in reward and GRPO stops learning. 0: none (and no entropy computed)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradient clipping norm."""
     importance_cap: float = Field(2.0, ge=1)

@@ -135,3 +135,17 @@ def test_truncated_importance_weights() -> None:
     lp, old = ratios(1.0, 1.0)
     out = dapo_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), importance_weights=w)
     assert out.loss.item() == pytest.approx(-(1.5 + 0.5) / 2)
+
+
+def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy() -> None:
+    lp, old = ratios(1.0, 1.0)
+    entropy = torch.tensor([[2.0, 1.0]], requires_grad=True)
+    mask = torch.ones(1, 2)
+    plain = dapo_loss(lp, old, torch.tensor([0.0]), mask, entropy=entropy)
+    assert plain.loss.item() == 0.0  # given without a coefficient: reported only
+    assert plain.entropy == pytest.approx(1.5)
+    out = dapo_loss(lp, old, torch.tensor([0.0]), mask, entropy=entropy, entropy_coef=0.1)
+    assert out.loss.item() == pytest.approx(-0.1 * 1.5)
+    out.loss.backward()
+    assert entropy.grad is not None and torch.all(entropy.grad < 0)  # descent raises entropy
+    assert dapo_loss(lp, old, torch.tensor([0.0]), mask).entropy == 0.0

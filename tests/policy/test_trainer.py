@@ -65,6 +65,25 @@ def test_step_moves_probability_toward_rewarded_completions() -> None:
     }
 
 
+def _next_token_entropy(trainer: Trainer, prompt: str) -> float:
+    ids = torch.tensor([encode_prompt(trainer.tokenizer, prompt)])
+    with torch.no_grad():
+        logp = torch.log_softmax(trainer.model(ids).logits[0, -1], -1)
+    return float(-(logp.exp() * logp).sum())
+
+
+def test_entropy_bonus_keeps_the_policy_from_settling_on_one_answer() -> None:
+    entropies = {}
+    for coef in (0.0, 0.5):
+        trainer = _trainer(entropy_coef=coef)
+        group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0, "12": 0.0})
+        for _ in range(10):
+            stats = trainer.step([group])
+        entropies[coef] = _next_token_entropy(trainer, "3+4=")
+        assert (stats.entropy > 0) == (coef > 0)  # computed only when used
+    assert entropies[0.5] > entropies[0.0] + 0.1
+
+
 def test_zero_variance_groups_are_skipped_and_take_no_step() -> None:
     trainer = _trainer()
     before = copy.deepcopy(trainer.model.state_dict())

@@ -7,8 +7,9 @@ Shapes: `logprobs`, `old_logprobs`, `mask`, optional `ref_logprobs` and
 Per token (PPO clipped surrogate with DAPO's asymmetric clip):
     ratio = exp(logprobs - old_logprobs)
     pg    = -min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A)
+    pg   -= entropy_coef * H_t            (before the weights: a token weighted 0 trains nothing)
     pg   *= importance_weights            (truncated sampler/trainer correction; detached)
-    loss_t = pg + beta * kl_t - entropy_coef * H_t
+    loss_t = pg + beta * kl_t
     kl_t = exp(ref - logp) - (ref - logp) - 1   (k3, >= 0)
     H_t  = the policy's entropy at that position (optional `entropy` [B, T], with grad):
            a bonus that keeps a group's completions apart, so that they keep differing
@@ -80,19 +81,19 @@ def _per_token(
     ratio = torch.exp(logprobs - old_logprobs.detach())
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)
     loss = -torch.min(ratio * adv, clipped * adv)
-    if importance_weights is not None:
-        loss = loss * importance_weights.detach()
-    kl_value = 0.0
     n = m.sum().clamp(min=1)
-    if ref_logprobs is not None and beta != 0:
-        kl = k3_kl(logprobs, ref_logprobs.detach())
-        loss = loss + beta * kl
-        kl_value = float((kl.detach() * m).sum() / n)
     entropy_value = 0.0
     if entropy is not None:
         if entropy_coef != 0:
             loss = loss - entropy_coef * entropy
         entropy_value = float((entropy.detach() * m).sum() / n)
+    if importance_weights is not None:
+        loss = loss * importance_weights.detach()
+    kl_value = 0.0
+    if ref_logprobs is not None and beta != 0:
+        kl = k3_kl(logprobs, ref_logprobs.detach())
+        loss = loss + beta * kl
+        kl_value = float((kl.detach() * m).sum() / n)
     with torch.no_grad():
         low = ((ratio < 1 - epsilon) & (adv < 0)).to(m.dtype) * m
         high = ((ratio > 1 + eps_high) & (adv > 0)).to(m.dtype) * m

@@ -149,3 +149,9 @@ def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy() -> None:
     out.loss.backward()
     assert entropy.grad is not None and torch.all(entropy.grad < 0)  # descent raises entropy
     assert dapo_loss(lp, old, torch.tensor([0.0]), mask).entropy == 0.0
+    left_out = torch.tensor([[0.0, 1.0]])  # a token weighted 0 (left out) trains nothing
+    out = dapo_loss(
+        lp, old, torch.tensor([0.0]), mask, entropy=entropy, entropy_coef=0.1,
+        importance_weights=left_out,
+    )  # fmt: skip
+    assert out.loss.item() == pytest.approx(-0.1 * 1.0 / 2)

@@ -270,7 +270,46 @@ class ConnectionNotes(INotifee):
         return None
 
 
+_OTHER_ID = re.compile(r"remote_peer_id_from_pubkey=(\w+)")
+
+
+def dial_failure_cause(error: BaseException) -> str:
+    """What a failed dial's exception means, for the log: where the node that answered
+    proved another peer id than the one dialed, that; else the root causes (such as
+    "ConnectionRefusedError: ... Connection refused"), not the library's wrappers."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [error]
+    roots: list[str] = []
+    while pending:
+        exc = pending.pop(0)
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, PeerIDMismatchesPubkey):
+            found = _OTHER_ID.search(str(exc))
+            other = found.group(1) if found else "another peer"
+            return (
+                f"the node at that address is {other}, not this peer: it has a new key, or "
+                "the address's /p2p/ part is wrong; use the address the node prints as "
+                "'listening on'"
+            )
+        inner: list[BaseException] = []
+        if isinstance(exc, MultiError):
+            inner.extend(e for e in exc.errors if isinstance(e, BaseException))
+        elif isinstance(exc, BaseExceptionGroup):
+            inner.extend(exc.exceptions)
+        inner.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
+        if inner:
+            pending.extend(inner)
+        else:
+            root = f"{type(exc).__name__}: {exc}"
+            if root not in roots:
+                roots.append(root)
+    return "; ".join(roots)[:300]
+
+
 # ---- the library's own re-dialing, turned off -------------------------------------
+
 
 class _NoAutoConnector(AutoConnector):
     """The swarm's auto-connector, never dialing (`gossip.libp2p` re-dials, bounded)."""
@@ -333,41 +372,3 @@ def quiet_dial_failures() -> None:
         logger = logging.getLogger(name)
         if _DIAL_FAILURE_FILTER not in logger.filters:
             logger.addFilter(_DIAL_FAILURE_FILTER)
-
-
-_OTHER_ID = re.compile(r"remote_peer_id_from_pubkey=(\w+)")
-
-
-def dial_failure_cause(error: BaseException) -> str:
-    """What a failed dial's exception means, for the log: where the node that answered
-    proved another peer id than the one dialed, that; else the root causes (such as
-    "ConnectionRefusedError: ... Connection refused"), not the library's wrappers."""
-    seen: set[int] = set()
-    pending: list[BaseException] = [error]
-    roots: list[str] = []
-    while pending:
-        exc = pending.pop(0)
-        if id(exc) in seen:
-            continue
-        seen.add(id(exc))
-        if isinstance(exc, PeerIDMismatchesPubkey):
-            found = _OTHER_ID.search(str(exc))
-            other = found.group(1) if found else "another peer"
-            return (
-                f"the node at that address is {other}, not this peer: it has a new key, or "
-                "the address's /p2p/ part is wrong; use the address the node prints as "
-                "'listening on'"
-            )
-        inner: list[BaseException] = []
-        if isinstance(exc, MultiError):
-            inner.extend(e for e in exc.errors if isinstance(e, BaseException))
-        elif isinstance(exc, BaseExceptionGroup):
-            inner.extend(exc.exceptions)
-        inner.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
-        if inner:
-            pending.extend(inner)
-        else:
-            root = f"{type(exc).__name__}: {exc}"
-            if root not in roots:
-                roots.append(root)
-    return "; ".join(roots)[:300]

@@ -5,7 +5,9 @@ connected to peers for `SILENT_AFTER_S` that has received no message at all is i
 mesh, and would otherwise train alone without saying why. Found by hand: a second node
 started with a copy of another's key (a copied data dir or key file) connects, and libp2p
 then lets only one of the two be heard, silently; before `gossip.libp2p_records`, a node
-restarted with its clock behind was deaf the same way.
+restarted with its clock behind was deaf the same way. A peer whose process is stopped
+(found by hand: SIGSTOP for 40 s) keeps its connection open and sends nothing, so the
+warning names that cause first.
 
 Invariants: pure bookkeeping on what it is given (no clock, no I/O); `observe` returns a
 warning at most once per `REPEAT_S` while a silence lasts, and anew after any message
@@ -53,7 +55,8 @@ class SilenceWatch:
         self._warned_at = now
         return (
             f"connected to {connected} peer(s) for {silent:.0f} s and heard nothing from "
-            f"anyone (every node says hello every few seconds). Is another node running "
+            f"anyone (every node says hello every few seconds). Are they stopped (a "
+            f"suspended machine, a process stopped with Ctrl-Z)? Is another node running "
             f"with this node's key (a copied data dir or key file)? Give each node its own "
             f"node.key. Otherwise peers may be refusing us: their `swarm status` says why. "
             f"Training alone meanwhile."

@@ -21,3 +21,15 @@ def wait_rounds(metrics: Path, rounds: int, proc: subprocess.Popen, timeout: flo
 def senders(records: list[dict]) -> set[str]:
     """Every peer whose groups these rounds trained on."""
     return {sender for record in records for sender in record["external_by_sender"]}
+
+
+def wait_used(
+    metrics: Path, sender: str, after: int, proc: subprocess.Popen, timeout: float
+) -> None:
+    """Until a round of `metrics` past its first `after` trained on `sender`'s groups;
+    fails if `proc` exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while sender not in senders(read_metrics(metrics)[after:]):
+        assert proc.poll() is None, f"exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"no groups of {sender} in {timeout} s"
+        time.sleep(0.2)

@@ -13,6 +13,7 @@ def test_connected_and_silent_warns_once_per_repeat_and_anew_after_a_message() -
     warning = watch.observe(SILENT_AFTER_S, 1, 0)
     assert warning is not None and "another node running with this node's key" in warning
     assert "for 30 s" in warning and "1 peer(s)" in warning
+    assert "Are they stopped" in warning  # a frozen peer keeps its connection open
     assert watch.observe(SILENT_AFTER_S + 5, 1, 0) is None  # said once
     assert watch.observe(SILENT_AFTER_S + REPEAT_S, 1, 0) is not None  # and again later
     # A message ends the silence; a new one is timed from scratch.

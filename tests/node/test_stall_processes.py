@@ -30,7 +30,7 @@ import pytest
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
-from tests.node.process_helpers import senders
+from tests.node.process_helpers import wait_used
 
 pytestmark = pytest.mark.slow(seconds=45)
 
@@ -41,15 +41,6 @@ RATE, BURST = 12, 20
 RUN_ON_S = 10.0
 """How long both run on once B has used A's groups after waking: unpaced, A's batches
 (20-40 a second) get it ignored by B within a few seconds."""
-
-
-def _uses(metrics: Path, sender: str, after: int, proc: subprocess.Popen, timeout: float) -> None:
-    """Until a round of `metrics` past the first `after` trained on `sender`'s groups."""
-    deadline = time.monotonic() + timeout
-    while sender not in senders(read_metrics(metrics)[after:]):
-        assert proc.poll() is None, f"exited with {proc.returncode}"
-        assert time.monotonic() < deadline, f"no groups of {sender} in {timeout} s"
-        time.sleep(0.2)
 
 
 def test_a_quick_peer_is_taken_up_also_by_a_node_stopped_for_a_while(tmp_path: Path) -> None:
@@ -71,12 +62,12 @@ def test_a_quick_peer_is_taken_up_also_by_a_node_stopped_for_a_while(tmp_path: P
     ]
     b = procs[1]
     try:
-        _uses(metrics_b, id_a, 0, b, 120)
+        wait_used(metrics_b, id_a, 0, b, 120)
         os.kill(b.pid, signal.SIGSTOP)
         time.sleep(STOPPED_S)
         os.kill(b.pid, signal.SIGCONT)
         woke = len(read_metrics(metrics_b))
-        _uses(metrics_b, id_a, woke, b, 60)
+        wait_used(metrics_b, id_a, woke, b, 60)
         time.sleep(RUN_ON_S)
         assert all(proc.poll() is None for proc in procs)
         last = read_metrics(metrics_b)[-1]

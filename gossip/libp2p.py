@@ -65,6 +65,12 @@ Invariants:
   `gossip.peer_exchange`'s; counted in `stats()["discovery"]`.
 
 - NAT traversal (AutoNAT, circuit relay v2, DCUtR; `config.nat_traversal`): `gossip.nat`.
+- Inbound connections take a slot from accept until they close, bounded in all
+  (`max_peers`), per address (`max_inbound_per_ip`) and per subnet
+  (`max_inbound_per_subnet`), loopback exempt from the last two
+  (`gossip.libp2p_inbound`; the library kept each slot until the swarm stopped, so a
+  node refused every inbound connection after its 64th). Counted in
+  `stats()["inbound"]`; `stats()["connections_open"]` is what is open now.
 
 Memory bound. What peers can make this transport hold is at most
   inbox:          max(max_queued_bytes, one message) + 512 B x queued messages
@@ -107,6 +113,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from gossip.inbox import Inbox
 from gossip.libp2p_dialer import Redialer, disable_auto_connector, quiet_dial_failures
+from gossip.libp2p_inbound import InboundHandler, InboundSlots, install_inbound_slots
 from gossip.libp2p_listen import announced_addrs, refuse_unusable_listen
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
@@ -176,6 +183,7 @@ class Libp2pTransport:
         self._host: IHost | None = None
         self._pubsub: SwarmPubsub | None = None
         self._gossipsub: SwarmGossipSub | None = None
+        self._inbound: InboundHandler | None = None
         self._listen_addrs: list[str] = []
         self._closing = False
         self._stopped = False
@@ -276,6 +284,13 @@ class Libp2pTransport:
         # tuple() over a dict runs in C under the GIL: a consistent snapshot.
         return [pid.to_base58() for pid in tuple(host.get_network().connections)]
 
+    def _connections_open(self) -> int:
+        host = self._host
+        if host is None or self._stopped:
+            return 0
+        # tuple() and len() of the library's dict and lists are atomic under the GIL.
+        return sum(len(conns) for conns in tuple(host.get_network().connections.values()))
+
     def peer_links(self) -> dict[str, str]:
         """Connected peers: `direct`, or `relayed` when every connection is `/p2p-circuit`."""
         host = self._host
@@ -313,7 +328,9 @@ class Libp2pTransport:
         (own, relayed and control); `refused_incoming_by_reason`: what peers sent that
         was refused (`oversize_rpc`, `unsigned`, `bad_signature`, `equivocation`);
         `dials_failed`, `peers_given_up`: re-dial outcomes; `meshsub_peers`: peers by the
-        GossipSub version negotiated with them.
+        GossipSub version negotiated with them; `connections_open`: connections open now
+        (both directions); `inbound`: inbound slots (`slots_used` now, `accepted` and
+        `refused_by_reason` at accept, `failed` upgrades; `gossip.libp2p_inbound`).
         """
         refused = 0
         outbound_bytes = 0
@@ -344,6 +361,8 @@ class Libp2pTransport:
             "dials_failed": self._redialer.dials_failed,
             "peers_given_up": self._redialer.peers_given_up,
             "discovery": self._exchange.stats(),
+            "connections_open": self._connections_open(),
+            "inbound": self._inbound.stats() if self._inbound is not None else {},
             **(self._nat.stats() if self._nat is not None else {}),
         }
 
@@ -411,6 +430,14 @@ class Libp2pTransport:
         if host.get_id().to_base58() != self.peer_id:
             raise RuntimeError("libp2p host id differs from the node identity")
         disable_auto_connector(host.get_network())  # before host.run starts it
+        self._inbound = install_inbound_slots(  # before host.run listens
+            host.get_network(),
+            InboundSlots(
+                self.config.max_peers,
+                per_ip=self.config.max_inbound_per_ip,
+                per_subnet=self.config.max_inbound_per_subnet,
+            ),
+        )
         quiet_dial_failures()
         cache_sender_records()
         keep_rpcs_with_older_records()

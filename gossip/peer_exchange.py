@@ -21,7 +21,7 @@ Invariants:
   `target_peers`; a candidate handed over is not handed over again for
   `CANDIDATE_RETRY_S`; the redialer gives one that never connects up after
   `MAX_CANDIDATE_FAILURES` dials. The host refuses connections beyond `max_peers`
-  (`connection_limits`).
+  open now (`connection_limits`; inbound slots: `gossip.libp2p_inbound`).
 - Asking: every peer once per connection, as soon as identify says it speaks the
   protocol, and while below `target_peers` one random peer every `exchange_interval_s`;
   at most `MAX_QUERIES_IN_FLIGHT` at once, each within `REQUEST_TIMEOUT_S`.
@@ -91,9 +91,11 @@ SERVE_REFUSE_REASONS = ("rate_limited", "busy", "write_failed")
 
 
 def connection_limits(config: Libp2pTransportConfig) -> ConnectionConfig:
-    """The host's connection manager limits: at most `max_peers` connections, all of them
-    available to inbound peers (the library keeps 50 for outbound by default), and never
-    pruned below the cap (a pruned peer would only be re-dialed by the redialer)."""
+    """The host's connection manager limits: at most `max_peers` open connections
+    (checked by the library when a connection registers), and never pruned below the cap
+    (a pruned peer would only be re-dialed by the redialer). The library's inbound
+    limiter (`max_connections - min_connections` slots, kept until the swarm stops) is
+    replaced by `gossip.libp2p_inbound`, which also takes `max_peers` as its cap."""
     return ConnectionConfig(
         max_connections=config.max_peers,
         min_connections=0,

@@ -68,7 +68,14 @@ class Libp2pTransportConfig(StrictModel):
     connected (bootstrap peers are always dialed; peers may still dial us)."""
     max_peers: int = Field(64, ge=2, le=4096)
     """Hard cap on open connections, inbound and outbound together: beyond it the host
-    refuses new connections."""
+    refuses new connections. At most this many inbound connections are being set up or
+    open at once (a slot is taken at accept and given back when the connection closes)."""
+    max_inbound_per_ip: int = Field(8, ge=1, le=4096)
+    """Most inbound connections being set up or open at once from one IPv4 address (one
+    IPv6 /64); more are closed at accept. Loopback is exempt. A peer needs one."""
+    max_inbound_per_subnet: int = Field(16, ge=1, le=4096)
+    """Most inbound connections being set up or open at once from one IPv4 /24 (one IPv6
+    /48), so that one network cannot take every inbound slot. Loopback is exempt."""
     exchange_interval_s: float = Field(10.0, gt=0, le=3600)
     """How often a node below `target_peers` asks one random peer for its peers."""
 
@@ -97,6 +104,8 @@ class Libp2pTransportConfig(StrictModel):
     def _peer_counts(self) -> Libp2pTransportConfig:
         if self.max_peers < self.target_peers:
             raise ValueError("max_peers must be >= target_peers")
+        if self.max_inbound_per_ip > self.max_inbound_per_subnet:
+            raise ValueError("max_inbound_per_ip must be <= max_inbound_per_subnet")
         return self
 
     @model_validator(mode="after")

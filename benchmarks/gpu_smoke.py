@@ -14,6 +14,9 @@ Checks (each row says ok / FAILED and the number behind it):
 - a GRPO step in bf16 autocast over fp32 masters changes > 50% of the weights;
 - after `update_weights`, the sampler's logprobs of its own greedy tokens match the
   trainer's to 0.05 (bf16 noise); a stale engine would differ by the step's change;
+- the shared-prefix step (each prompt once, the LM head at trained positions) against the
+  plain forward: the same gradient to bf16 round-off, tokens computed, tokens/s;
+- vLLM prefix caching is on;
 - LoRA (transformers sampler): only adapters change, step time.
 """
 
@@ -76,6 +79,7 @@ def informative_group(learner: PolicyLearner, groups: list[Any]) -> TrainGroup:
         texts,
         [1.0, 0.0],
         local=False,
+        finished=[True, True],  # a peer's completions are trained only where they ended
         prompt_ids=learner.renderer.ids(g.prompt, g.ref.source),
     )
 
@@ -110,8 +114,42 @@ def full_checks(args: argparse.Namespace, out: Path) -> list[Row]:
     )
     learner.sampler.update_weights(learner.trainer.state_dict_for_sampler())
     rows.append(reload_check(learner, group))
+    rows.append(packed_check(learner, group))
+    if args.backend == "vllm":
+        cache = learner.sampler.llm.llm_engine.vllm_config.cache_config  # type: ignore[attr-defined]
+        rows.append(("vLLM prefix caching", bool(cache.enable_prefix_caching), "on"))
     del stats
     return rows
+
+
+def packed_check(learner: PolicyLearner, group: TrainGroup) -> Row:
+    """The shared-prefix step (the default) against the plain forward on this model and
+    dtype: the same gradient to the compute dtype's round-off, and fewer tokens."""
+    trainer = learner.trainer
+    if not trainer.token_logprobs.packed:
+        return ("shared-prefix step", False, f"not used: {trainer.token_logprobs.fallback_reason}")
+    runs = {}
+    for packed in (True, False):
+        trainer.token_logprobs.packed = packed
+        start = time.perf_counter()
+        stats, grads = trainer.loss_and_gradients([group, group])
+        runs[packed] = (stats, grads, time.perf_counter() - start)
+    trainer.token_logprobs.packed = True
+    (fast, fast_grads, fast_s), (plain, plain_grads, plain_s) = runs[True], runs[False]
+    if not plain_grads:
+        return ("shared-prefix step vs plain", False, "nothing to train in the group")
+    gap = max(
+        float((fast_grads[k] - g).norm()) / max(float(g.norm()), 1e-30)
+        for k, g in plain_grads.items()
+    )
+    unique = fast.n_tokens + 2 * len(group.prompt_ids or ())
+    return (
+        "shared-prefix step vs plain",
+        gap < 0.25,
+        f"max gradient gap {gap:.2e} of its norm; {fast.tokens_computed} vs "
+        f"{plain.tokens_computed} tokens computed; {unique / fast_s:.0f} vs "
+        f"{unique / plain_s:.0f} unique tokens/s (fwd+bwd)",
+    )
 
 
 def reload_check(learner: PolicyLearner, group: TrainGroup) -> Row:
@@ -125,7 +163,7 @@ def reload_check(learner: PolicyLearner, group: TrainGroup) -> Row:
     )  # fmt: skip
     rows = learner.trainer._rows(check)
     with torch.no_grad():
-        trainer_lp, mask = learner.trainer._logprobs(learner.model, rows[:1])
+        trainer_lp, mask, _ = learner.trainer._logprobs(learner.model, rows[:1])
     n = int(mask[0].sum())
     diff = (trainer_lp[0, :n].cpu() - torch.tensor(completion.logprobs[:n])).abs().max()
     return (

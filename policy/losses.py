@@ -227,6 +227,21 @@ def dapo_loss(
     return _outputs(per_tok.sum() / max(total, 1), stats, m)
 
 
+def loss_normalizer(
+    loss_type: str, num_sequences: int, num_tokens: int, max_completion_length: int
+) -> int:
+    """What `LOSSES[loss_type]` divides its sum by, for a step's counts: the loss with
+    unit normalizers divided by this equals the loss with these (so a trainer may sum
+    micro-batch losses first and learn the counts at the end)."""
+    if loss_type == "grpo":
+        return max(num_sequences, 1)
+    if loss_type == "dr_grpo":
+        return max(num_sequences * max_completion_length, 1)
+    if loss_type == "dapo":
+        return max(num_tokens, 1)
+    raise ValueError(f"unknown loss_type {loss_type!r}")
+
+
 LossFn = Callable[..., LossOutputs]
 
 LOSSES: dict[str, LossFn] = {"grpo": grpo_loss, "dr_grpo": dr_grpo_loss, "dapo": dapo_loss}

@@ -14,6 +14,8 @@ Invariants:
 - `TransformersSampler` draws from its own `torch.Generator` (never the global RNG):
   `generate(..., seed=s)` is reproducible for a seed; without a seed it continues the
   sampler's own stream (seeded at construction).
+- `TransformersSampler` prefills each prompt once and repeats its keys/values for its
+  `n` completions (`max_batch_size` bounds the completions decoded together).
 - Forwards run in `compute_context` (autocast to the compute dtype over float32 master
   weights, as the trainer's forwards do).
 - vLLM is imported only inside `make_sampler` for the `vllm` backend.
@@ -156,24 +158,31 @@ class TransformersSampler:
         generator = self._generator
         if seed is not None:
             generator = torch.Generator(device=self._gen_device).manual_seed(seed)
-        rows = [prompt_ids(self.renderer, p) for p in prompts for _ in range(n)]
+        unique = [prompt_ids(self.renderer, p) for p in prompts]
+        per_batch = max(1, self.max_batch_size // n)
         flat: list[Completion] = []
-        for start in range(0, len(rows), self.max_batch_size):
+        for start in range(0, len(unique), per_batch):
             flat.extend(
-                self._generate_rows(rows[start : start + self.max_batch_size], params, generator)
+                self._generate_rows(unique[start : start + per_batch], n, params, generator)
             )
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     @torch.no_grad()
     def _generate_rows(
-        self, rows: list[list[int]], params: SamplingParams, generator: torch.Generator
+        self,
+        prompts: list[list[int]],
+        n: int,
+        params: SamplingParams,
+        generator: torch.Generator,
     ) -> list[Completion]:
-        width = max(len(r) for r in rows)
+        """`n` completions of each prompt (prompt-major). Each prompt is prefilled once;
+        its keys/values, last logits and masks are then repeated for its `n` rows."""
+        width = max(len(r) for r in prompts)
         if width == 0:
             raise ValueError("empty prompt: the tokenizer added no tokens and the text is empty")
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):  # left padding
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, row in enumerate(prompts):  # left padding
             if row:
                 ids[i, width - len(row) :] = torch.tensor(row)
                 mask[i, width - len(row) :] = 1
@@ -192,10 +201,16 @@ class TransformersSampler:
                     logits_to_keep=1,
                 )
                 past, logits = out.past_key_values, out.logits[:, -1].float()
+                if n > 1:
+                    past.batch_repeat_interleave(n)
+                    logits = logits.repeat_interleave(n, dim=0)
+                    mask = mask.repeat_interleave(n, dim=0)
+                    positions = positions.repeat_interleave(n, dim=0)
                 next_pos = positions[:, -1:] + 1
+                rows = len(prompts) * n
                 tokens_out: list[torch.Tensor] = []
                 logps_out: list[torch.Tensor] = []
-                done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
+                done = torch.zeros(rows, dtype=torch.bool, device=self.device)
                 stops = torch.tensor(sorted(self.stops), dtype=torch.long, device=self.device)
                 for step in range(params.max_new_tokens):
                     tokens, logps = sample_next(logits, params, generator)

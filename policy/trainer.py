@@ -21,7 +21,9 @@ Per step:
    term and the token normalizers are not reweighted), so a peer's oversized group
    counts as one local group at most in the gradient and never dominates a step.
 4. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
-   computed before the update and detached (the PPO ratio starts at 1). For local
+   detached (the PPO ratio starts at 1). At `num_iterations = 1` they are the update
+   pass's own (the weights have not moved yet), so no separate pass runs; over several
+   iterations (or on the plain path) a no-grad pass computes them before the update. For local
    completions with sampler logprobs, truncated importance weights
    min(exp(old - sampler), importance_cap) correct the sampler/trainer mismatch
    (a different backend, or samples from an older policy version): AReaL's decoupled
@@ -41,10 +43,18 @@ Per step:
      (`n_peer_plausible`). Left-out completions still count in their group's
      advantages (computed in 2., from real rewards).
 5. `num_iterations` optimizer steps on the configured loss (`policy.losses.LOSSES`),
-   gradients accumulated over micro-batches (`micro_batch_size` sequences each) with the
-   whole step's normalizers, clipped to `max_grad_norm`, at the learning rate
+   gradients accumulated over micro-batches (`micro_batch_size` sequences each, a group's
+   sequences together where they fit) with the whole step's normalizers, clipped to
+   `max_grad_norm`, at the learning rate
    `policy.precision.lr_factor(policy_version)` x `learning_rate`. `policy_version`
    increments per optimizer step; a batch with nothing to train takes no step.
+
+Compute: logprobs come from `policy.token_logprobs` (each group's prompt computed once
+with its completions packed against it, the LM head only at trained positions; the plain
+forward where that path was not verified on the model). Each micro-batch's loss is a sum
+(unit normalizers) and the accumulated gradient is divided by the step's normalizer
+(`policy.losses.loss_normalizer`) once all micro-batches are in: the same gradient, and
+it lets the plausibility rule decide inside the update pass.
 
 Numerics: forwards run in `compute_context` (autocast to the compute dtype over float32
 master weights; see `policy.precision`). With gradient checkpointing on, the gradient
@@ -67,11 +77,12 @@ from typing import Any
 import torch
 
 from policy.advantages import group_advantages, is_degenerate, keep_mask
-from policy.losses import LOSSES
+from policy.losses import LOSSES, loss_normalizer
 from policy.offpolicy import plausible, tis_or_one
-from policy.precision import compute_context, lr_factor
+from policy.precision import lr_factor
 from policy.prompts import PromptRenderer
-from policy.sampler import encode_completion, stop_token_ids
+from policy.sampler import encode_completion, pad_token_id, stop_token_ids
+from policy.token_logprobs import TokenLogprobs
 from policy.trajectories import peer_completion_ids
 from swarm.config.learning import SamplerConfig, TrainConfig
 
@@ -156,9 +167,14 @@ class StepStats:
     policy_version: int = 0
     seconds: float = 0.0
     """Wall time of the whole step."""
+    tokens_computed: int = 0
+    """Token positions run through the model in the step's forwards (all passes)."""
+    padding_share: float = 0.0
+    """Share of `tokens_computed` that were padding."""
     timings: dict[str, float] = field(default_factory=dict)
-    """Seconds per phase: `prepare` (advantages, tokens), `old_logprobs` (and reference and
-    importance weights), `update` (forward, backward, optimizer)."""
+    """Seconds per phase: `prepare` (advantages, tokens), `old_logprobs` (the separate pass
+    and the weights from it; ~0 at `num_iterations = 1`), `update` (forward, backward,
+    optimizer; the reference policy's logprobs)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Flat JSON-able dict (timings as `time_<phase>`)."""
@@ -177,6 +193,8 @@ class _Row:
     """A peer's completion (its weights are reported apart from local ones)."""
     check_plausible: bool = False
     """Leave it out of the loss if the local policy finds it implausible."""
+    group: int = 0
+    """Index of its group in the step (a group's rows share one prompt)."""
 
 
 def _train_mode_without_dropout(model: torch.nn.Module) -> None:
@@ -206,6 +224,7 @@ class Trainer:
         sampler_config: SamplerConfig | None = None,
         renderer: PromptRenderer | None = None,
         compute_dtype: torch.dtype | None = None,
+        packed: bool = True,
     ) -> None:
         self.device = torch.device(device) if device is not None else model.device
         self.model = model.to(self.device)
@@ -233,6 +252,19 @@ class Trainer:
             tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos, default=None)
         )
         self.policy_version = 0
+        self.token_logprobs = TokenLogprobs(
+            self.model,
+            self.device,
+            self.compute_dtype,
+            self.param_dtype,
+            self.temperature,
+            pad_token_id(tokenizer, eos),
+            packed=packed,
+        )
+        """Logprobs of completions: shared-prefix packed where verified on this model
+        (`fallback_reason` says why not), else the plain forward."""
+        self._tokens_computed = 0
+        self._padding_tokens = 0
 
     def state_dict_for_sampler(self) -> dict[str, torch.Tensor]:
         """The current weights (detached references, not copies) for `Sampler.update_weights`."""
@@ -317,125 +349,150 @@ class Trainer:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(completion logprobs [B, T], mask [B, T], with `entropy` the policy's entropy
         at each completion position [B, T], else None) of `rows` under `model`."""
-        width = max(len(r.ids) for r in rows)
-        ids = torch.zeros((len(rows), width), dtype=torch.long)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # right padding
-            ids[i, : len(r.ids)] = torch.tensor(r.ids)
-            attn[i, : len(r.ids)] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        with compute_context(self.device, self.compute_dtype, self.param_dtype):
-            out = model(input_ids=ids, attention_mask=attn, use_cache=False)
-        logits = out.logits[:, :-1].float()
-        logp = torch.log_softmax(logits / self.temperature, dim=-1)
-        token_logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, W-1]
-        comp_len = [len(r.ids) - r.start for r in rows]
-        t = max(comp_len)
-        index = torch.tensor(
-            [[min(r.start - 1 + j, width - 2) for j in range(t)] for r in rows], device=self.device
+        lp, mask, entropies = self.token_logprobs(
+            model, [(r.ids[: r.start], r.ids[r.start :]) for r in rows], entropy
         )
-        mask = torch.tensor([[j < n for j in range(t)] for n in comp_len], device=self.device)
-        entropies = None
-        if entropy:
-            entropies = -(logp.exp() * logp).sum(-1).gather(1, index) * mask
-        return token_logp.gather(1, index) * mask, mask, entropies
+        self._tokens_computed += self.token_logprobs.last_tokens_computed
+        self._padding_tokens += round(
+            self.token_logprobs.last_padding_share * self.token_logprobs.last_tokens_computed
+        )
+        return lp, mask, entropies
 
-    def _no_grad_logprobs(self, model: Any, rows: list[_Row]) -> list[torch.Tensor]:
+    def _no_grad_logprobs(self, model: Any, micro: list[list[_Row]]) -> list[torch.Tensor]:
         out = []
         with torch.no_grad():
-            for mb in self._micro_batches(rows):
+            for mb in micro:
                 lp, _, _ = self._logprobs(model, mb)
                 out.append(lp)
         return out
 
     def _micro_batches(self, rows: list[_Row]) -> list[list[_Row]]:
+        """At most `micro_batch_size` rows each, a group's rows together where they fit
+        (its prompt is then computed once); a larger group is split."""
         size = self.config.micro_batch_size
-        return [rows[i : i + size] for i in range(0, len(rows), size)]
+        micro: list[list[_Row]] = []
+        current: list[_Row] = []
+        for group in _runs(rows):
+            if current and len(current) + len(group) > size:
+                micro.append(current)
+                current = []
+            for row in group:
+                if len(current) == size:
+                    micro.append(current)
+                    current = []
+                current.append(row)
+        if current:
+            micro.append(current)
+        return micro
 
-    def _weights(
-        self, micro: list[list[_Row]], old: list[torch.Tensor], stats: StepStats
-    ) -> tuple[list[torch.Tensor | None], int, int]:
-        """Per micro-batch token weights (None: all 1), and the rows and tokens the
-        plausibility rule left out; fills the weight means and plausibility counters."""
-        weights: list[torch.Tensor | None] = []
-        sums = {False: [0.0, 0], True: [0.0, 0]}  # peer? -> [weight sum, tokens]
+    def _micro_weights(
+        self, mb: list[_Row], old_lp: torch.Tensor, stats: StepStats, sums: dict[bool, list]
+    ) -> tuple[torch.Tensor | None, int, int]:
+        """One micro-batch's token weights (None: all 1), and the rows and tokens the
+        plausibility rule left out; adds to the plausibility counters and to `sums`
+        (peer? -> [weight sum, tokens]) for the weight means."""
+        t = old_lp.shape[1]
+        lengths = torch.tensor([len(r.ids) - r.start for r in mb], device=self.device)
+        valid = torch.arange(t, device=self.device)[None] < lengths[:, None]
+        w = None
+        if any(r.sampler_logprobs is not None for r in mb):
+            lps = [r.sampler_logprobs for r in mb]
+            w = tis_or_one(old_lp, lps, valid, self.config.importance_cap)
+            for i, r in enumerate(mb):
+                if r.sampler_logprobs is not None:
+                    sums[r.peer][0] += float(w[i][valid[i]].sum())
+                    sums[r.peer][1] += int(valid[i].sum())
         left_out, left_out_tokens = 0, 0
-        for mb, old_lp in zip(micro, old, strict=True):
-            t = old_lp.shape[1]
-            lengths = torch.tensor([len(r.ids) - r.start for r in mb], device=self.device)
-            valid = torch.arange(t, device=self.device)[None] < lengths[:, None]
-            w = None
-            if any(r.sampler_logprobs is not None for r in mb):
-                lps = [r.sampler_logprobs for r in mb]
-                w = tis_or_one(old_lp, lps, valid, self.config.importance_cap)
-                for i, r in enumerate(mb):
-                    if r.sampler_logprobs is not None:
-                        sums[r.peer][0] += float(w[i][valid[i]].sum())
-                        sums[r.peer][1] += int(valid[i].sum())
-            check = torch.tensor([r.check_plausible for r in mb], device=self.device)
-            if bool(check.any()):
-                ok = plausible(old_lp, valid, self.config.min_mean_logprob)
-                drop = check & ~ok
-                stats.n_peer_plausible += int((check & ok).sum())
-                stats.n_peer_implausible += int(drop.sum())
-                left_out += int(drop.sum())
-                left_out_tokens += int(lengths[drop].sum())
-                if bool(drop.any()):
-                    w = w if w is not None else torch.ones_like(old_lp)
-                    w = w * (~drop).to(w.dtype)[:, None]
-            weights.append(w)
+        check = torch.tensor([r.check_plausible for r in mb], device=self.device)
+        if bool(check.any()):
+            ok = plausible(old_lp, valid, self.config.min_mean_logprob)
+            drop = check & ~ok
+            stats.n_peer_plausible += int((check & ok).sum())
+            stats.n_peer_implausible += int(drop.sum())
+            left_out += int(drop.sum())
+            left_out_tokens += int(lengths[drop].sum())
+            if bool(drop.any()):
+                w = w if w is not None else torch.ones_like(old_lp)
+                w = w * (~drop).to(w.dtype)[:, None]
+        return w, left_out, left_out_tokens
+
+    @staticmethod
+    def _weight_means(sums: dict[bool, list], stats: StepStats) -> None:
         for peer, (total, n) in sums.items():
             mean = total / n if n else 1.0
             if peer:
                 stats.peer_weight_mean = mean
             else:
                 stats.importance_weight_mean = mean
-        return weights, left_out, left_out_tokens
 
     def step(self, groups: list[TrainGroup]) -> StepStats:
         """One batch: `num_iterations` optimizer steps (none if nothing to train)."""
+        return self._run(groups, apply=True)[0]
+
+    def loss_and_gradients(
+        self, groups: list[TrainGroup]
+    ) -> tuple[StepStats, dict[str, torch.Tensor]]:
+        """The first iteration's loss and gradients (by parameter name) without stepping:
+        what `step` would apply. For tests comparing computation paths."""
+        return self._run(groups, apply=False)
+
+    def _rows_of(self, groups: list[TrainGroup], stats: StepStats) -> list[_Row]:
+        rows: list[_Row] = []
+        for index, group in enumerate(groups):
+            if is_degenerate(torch.tensor(group.rewards, dtype=torch.float32)):
+                stats.n_skipped += 1
+                continue
+            group_rows = self._rows(group, stats)
+            for row in group_rows:
+                row.group = index
+            if group_rows:
+                stats.n_groups += 1
+                rows.extend(group_rows)
+            else:
+                stats.n_skipped += 1
+        return rows
+
+    def _run(
+        self, groups: list[TrainGroup], apply: bool
+    ) -> tuple[StepStats, dict[str, torch.Tensor]]:
         started = time.perf_counter()
         all_rewards = [r for g in groups for r in g.rewards]
         stats = StepStats(
             reward_mean=sum(all_rewards) / len(all_rewards) if all_rewards else 0.0,
             policy_version=self.policy_version,
         )
-        rows: list[_Row] = []
-        for group in groups:
-            if is_degenerate(torch.tensor(group.rewards, dtype=torch.float32)):
-                stats.n_skipped += 1
-                continue
-            group_rows = self._rows(group, stats)
-            if group_rows:
-                stats.n_groups += 1
-                rows.extend(group_rows)
-            else:
-                stats.n_skipped += 1
+        rows = self._rows_of(groups, stats)
         stats.timings["prepare"] = time.perf_counter() - started
         if not rows:
             stats.seconds = time.perf_counter() - started
-            return stats
+            return stats, {}
         t_old = time.perf_counter()
+        self._tokens_computed = self._padding_tokens = 0
         self.model.eval()
         micro = self._micro_batches(rows)
-        old = self._no_grad_logprobs(self.model, rows)
-        ref = self._no_grad_logprobs(self.ref_model, rows) if self.ref_model is not None else None
-        weights, n_left_out, tokens_left_out = self._weights(micro, old, stats)
-        if n_left_out == len(rows):
-            stats.seconds = time.perf_counter() - started
-            return stats
-        n_tokens = sum(len(r.ids) - r.start for r in rows) - tokens_left_out
-        norm = {
-            "num_sequences": len(rows) - n_left_out,
-            "num_tokens": n_tokens,
-            # Dr. GRPO's constant: the sampling budget, else this step's longest completion
-            # (one constant for every micro-batch of the step).
-            "max_completion_length": self.max_completion_length
-            or max(len(r.ids) - r.start for r in rows),
-        }
+        # Old logprobs (and the weights that depend on them) are known before the update
+        # only where needed: over several iterations, or on the reference path. At one
+        # optimizer step per batch they equal the update pass's own, detached.
+        old: list[torch.Tensor] | None = None
+        weights: list[torch.Tensor | None] = []
+        n_left_out = tokens_left_out = 0
+        sums: dict[bool, list] = {False: [0.0, 0], True: [0.0, 0]}
+        if self.config.num_iterations > 1 or not self.token_logprobs.packed:
+            old = self._no_grad_logprobs(self.model, micro)
+            for mb, old_lp in zip(micro, old, strict=True):
+                w, n, tokens = self._micro_weights(mb, old_lp, stats, sums)
+                weights.append(w)
+                n_left_out += n
+                tokens_left_out += tokens
+            self._weight_means(sums, stats)
+            if n_left_out == len(rows):
+                stats.seconds = time.perf_counter() - started
+                return stats, {}
         t_update = time.perf_counter()
         stats.timings["old_logprobs"] = t_update - t_old
         checkpointing = bool(getattr(self.model, "is_gradient_checkpointing", False))
+        longest = max(len(r.ids) - r.start for r in rows)
+        grads: dict[str, torch.Tensor] = {}
         for _ in range(self.config.num_iterations):
             lr = self.config.learning_rate * lr_factor(self.policy_version, self.config)
             for param_group in self.optimizer.param_groups:
@@ -444,45 +501,101 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             if checkpointing:
                 _train_mode_without_dropout(self.model)
-            loss_total, clip_tokens, kl_tokens, entropy_tokens = 0.0, 0.0, 0.0, 0.0
+            # Each micro-batch's loss is a sum (unit normalizers); the gradient is divided
+            # by the step's normalizer once every micro-batch is in, since which peer
+            # completions the plausibility rule leaves out is known only then.
+            loss_sum, clip_tokens, kl_tokens, entropy_tokens = 0.0, 0.0, 0.0, 0.0
             for i, mb in enumerate(micro):
                 lp, mask, entropy = self._logprobs(
                     self.model, mb, entropy=self.config.entropy_coef > 0
                 )
+                if old is not None:
+                    old_lp, w = old[i], weights[i]
+                else:
+                    old_lp = lp.detach()
+                    w, n, tokens = self._micro_weights(mb, old_lp, stats, sums)
+                    n_left_out += n
+                    tokens_left_out += tokens
+                ref_lp = None
+                if self.ref_model is not None:
+                    with torch.no_grad():
+                        ref_lp, _, _ = self._logprobs(self.ref_model, mb)
                 out = self.loss_fn(
                     lp,
-                    old[i],
+                    old_lp,
                     torch.tensor([r.advantage for r in mb], device=self.device),
                     mask,
                     epsilon=self.config.epsilon,
                     epsilon_high=self.config.epsilon_high,
-                    ref_logprobs=ref[i] if ref is not None else None,
+                    ref_logprobs=ref_lp,
                     beta=self.config.beta,
-                    importance_weights=weights[i],
+                    importance_weights=w,
                     entropy=entropy,
                     entropy_coef=self.config.entropy_coef,
-                    **norm,
+                    num_sequences=1,
+                    num_tokens=1,
+                    max_completion_length=1,
                 )
                 out.loss.backward()
-                loss_total += float(out.loss.detach())
+                loss_sum += float(out.loss.detach())
                 clip_tokens += out.clip_frac * out.n_tokens
                 kl_tokens += out.kl * out.n_tokens
                 entropy_tokens += out.entropy * out.n_tokens
             self.model.eval()
+            if old is None:
+                self._weight_means(sums, stats)
+                if n_left_out == len(rows):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    stats.seconds = time.perf_counter() - started
+                    return stats, {}
+            normalizer = loss_normalizer(
+                self.config.loss_type,
+                num_sequences=len(rows) - n_left_out,
+                num_tokens=sum(len(r.ids) - r.start for r in rows) - tokens_left_out,
+                # Dr. GRPO's constant: the sampling budget, else this step's longest
+                # completion (one constant for every micro-batch of the step).
+                max_completion_length=self.max_completion_length or longest,
+            )
+            for param in self.model.parameters():
+                if param.grad is not None:
+                    param.grad.div_(normalizer)
+            loss_total = loss_sum / normalizer
+            if not apply:
+                grads = {
+                    name: p.grad.detach().clone()
+                    for name, p in self.model.named_parameters()
+                    if p.grad is not None
+                }
+                self.optimizer.zero_grad(set_to_none=True)
+                break
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 self.model.parameters(), self.config.max_grad_norm
             )
             self.optimizer.step()
             self.policy_version += 1
+            stats.grad_norm = float(grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
+        n_tokens = sum(len(r.ids) - r.start for r in rows) - tokens_left_out
         stats.loss = loss_total
         stats.n_sequences = len(rows) - n_left_out
         stats.n_tokens = n_tokens
         stats.clip_frac = clip_tokens / max(n_tokens, 1)
         stats.kl = kl_tokens / max(n_tokens, 1)
         stats.entropy = entropy_tokens / max(n_tokens, 1)
-        stats.grad_norm = float(grad_norm)
         stats.policy_version = self.policy_version
+        stats.tokens_computed = self._tokens_computed
+        stats.padding_share = self._padding_tokens / max(self._tokens_computed, 1)
         stats.timings["update"] = time.perf_counter() - t_update
         stats.seconds = time.perf_counter() - started
-        return stats
+        return stats, grads
+
+
+def _runs(rows: list[_Row]) -> list[list[_Row]]:
+    """Consecutive rows of one group, together."""
+    runs: list[list[_Row]] = []
+    for row in rows:
+        if runs and runs[-1][-1].group == row.group:
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    return runs

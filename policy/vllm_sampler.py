@@ -98,6 +98,9 @@ class VllmSampler:
             "dtype": dtype,
             "seed": model_config.seed,
             "logprobs_mode": "processed_logprobs",
+            # A group's n completions, and every prompt's shared system prompt and
+            # examples, are prefilled once (the cache is reset at each weight update).
+            "enable_prefix_caching": True,
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len

@@ -13,6 +13,7 @@ from policy.losses import (
     dr_grpo_loss,
     grpo_loss,
     k3_kl,
+    loss_normalizer,
     truncated_importance_weights,
 )
 
@@ -155,3 +156,20 @@ def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy() -> None:
         importance_weights=left_out,
     )  # fmt: skip
     assert out.loss.item() == pytest.approx(-0.1 * 1.0 / 2)
+
+
+@pytest.mark.parametrize("loss_type", sorted(LOSSES))
+def test_a_sum_divided_by_the_normalizer_is_the_normalized_loss(loss_type: str) -> None:
+    g = torch.Generator().manual_seed(5)
+    logprobs = torch.randn(3, 5, generator=g, requires_grad=True)
+    old = logprobs.detach() + 0.1 * torch.randn(3, 5, generator=g)
+    adv = torch.tensor([1.0, -0.5, 0.25])
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    counts = {"num_sequences": 7, "num_tokens": 23, "max_completion_length": 6}
+    loss_fn = LOSSES[loss_type]
+    normalized = loss_fn(logprobs, old, adv, mask, **counts).loss
+    unit = loss_fn(logprobs, old, adv, mask, num_sequences=1, num_tokens=1, max_completion_length=1)
+    divisor = loss_normalizer(loss_type, **counts)
+    assert float(unit.loss) / divisor == pytest.approx(float(normalized), rel=1e-6)
+    with pytest.raises(ValueError):
+        loss_normalizer("ppo", **counts)

@@ -125,3 +125,24 @@ def test_vllm_is_not_imported_by_the_policy_and_rewards_packages() -> None:
         "assert 'vllm' not in sys.modules, 'vllm imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_each_prompt_is_prefilled_once_for_all_its_completions(tiny: tuple) -> None:
+    model, tok = tiny
+    sampler = TransformersSampler(model, tok, seed=3)
+    shapes: list[tuple[int, ...]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        groups = sampler.generate(PROMPTS, 4, SamplingParams(max_new_tokens=5, temperature=1.0))
+    finally:
+        hook.remove()
+    width = max(len(tok(p)["input_ids"]) for p in PROMPTS)
+    assert shapes[0] == (len(PROMPTS), width)  # the prefill: one row per prompt
+    assert all(s == (len(PROMPTS) * 4, 1) for s in shapes[1:])  # then one token per row
+    # The repeated keys/values give each completion its own prompt's distribution.
+    for prompt, group in zip(PROMPTS, groups, strict=True):
+        for c in group:
+            expected = _forward_logprobs(model, tok, prompt, c.token_ids, 1.0)
+            assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from policy.advantages import group_advantages
+from policy.losses import loss_normalizer
 from policy.tiny import build_tiny
 from policy.trainer import Trainer, TrainGroup
 from swarm.config.learning import SamplerConfig, TrainConfig
@@ -33,8 +34,9 @@ def _trainer(**cfg: Any) -> tuple[Trainer, list[dict[str, Any]]]:
     real = trainer.loss_fn
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        calls.append({"advantages": args[2], **kwargs})
-        return real(*args, **kwargs)
+        out = real(*args, **kwargs)
+        calls.append({"advantages": args[2], **kwargs, "loss": float(out.loss.detach())})
+        return out
 
     trainer.loss_fn = spy
     return trainer, calls
@@ -156,17 +158,23 @@ def test_the_plausible_rule_leaves_out_what_the_local_policy_finds_unlikely() ->
     # It still counts in the group's advantages (its reward is real) ...
     adv = group_advantages(torch.tensor(rewards), "mean", "group")
     assert call["advantages"].tolist() == pytest.approx(adv.tolist())
-    # ... but not in the step's normalizers.
+    # ... but not in the step's normalizers (the loss is a sum, divided once at the end).
     kept = [i for i in range(3) if i != worst]
     kept_tokens = sum(len(_local_ids(trainer, DISTINCT[i], FINISHED[i])) for i in kept)
-    assert (call["num_sequences"], call["num_tokens"]) == (2, kept_tokens)
+    assert (call["num_sequences"], call["num_tokens"]) == (1, 1)
+    normalizer = loss_normalizer(trainer.config.loss_type, 2, kept_tokens, 4)
+    assert stats.loss == pytest.approx(call["loss"] / normalizer)
     assert (stats.n_sequences, stats.n_tokens, stats.policy_version) == (2, kept_tokens, 1)
 
 
 def test_nothing_plausible_takes_no_step() -> None:
-    trainer, calls = _trainer(foreign_rule="plausible", min_mean_logprob=0.0)
+    trainer, _ = _trainer(foreign_rule="plausible", min_mean_logprob=0.0)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     stats = trainer.step([_peer_group(None)])
-    assert calls == [] and stats.policy_version == 0
+    assert stats.policy_version == 0 and stats.n_sequences == 0
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in trainer.model.parameters())
     assert (stats.n_peer_implausible, stats.n_peer_plausible) == (3, 0)
 
 

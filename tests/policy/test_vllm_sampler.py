@@ -112,3 +112,10 @@ def test_generate_in_a_fresh_thread_whose_openmp_default_differs_from_torchs(
     finally:
         torch._C.set_num_threads(before)
     assert _ids(got) == _ids(want) and _ids(changed) != _ids(want)
+
+
+def test_prefix_caching_is_on(engine: tuple) -> None:
+    """A group's completions and the prompts' shared head are prefilled once; the
+    update test above checks that new weights never meet keys/values of the old."""
+    sampler, _, _ = engine
+    assert sampler.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching is True

@@ -1,0 +1,175 @@
+"""Shared-prefix packing: a group's prompt computed once, its completions against it.
+
+A packed batch holds rows; a row holds one or more *segments*; a segment is one prompt
+followed by the completions that share it, each placed after the previous one:
+
+    [p0 .. pP-1 | a0 a1 .. | b0 b1 .. | ..] [next segment ..] [pad ..]
+
+Invariants (what makes the result equal the plain per-sequence forward):
+- Positions: a prompt's tokens take 0..P-1; every completion continues from P, so each
+  of its tokens has the position it has in `prompt + completion`.
+- Attention (`allowed[r, 0, q, k]`, True = query q may attend key k): a token sees the
+  earlier tokens (and itself) of its own segment's prompt and of its own completion,
+  nothing else. A padding token sees only itself, so no mask row is empty (an empty row
+  would give NaN in softmax, and NaN * 0 is still NaN in the backward).
+- Targets: completion token t of a sequence is predicted at the index of the token
+  before it, which is the prompt's last token for t = 0. `targets` list every trained
+  position once, sequence by sequence, in order.
+- Consecutive sequences whose prompts are equal share a segment (the caller orders a
+  group's completions together); `share_prefix=False` gives every sequence its own
+  segment (the same layout without sharing).
+- Rows: segments are placed first-fit by decreasing length into rows as wide as the
+  longest segment, so no row is wider than the plain layout's widest sequence would
+  need for that segment, and short segments fill the room that would be padding.
+
+Pure: lists of token ids in, CPU tensors out; no model, no autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """Tensors of one packed forward (CPU; move them to the model's device)."""
+
+    input_ids: torch.Tensor
+    """[R, W] token ids, padding `pad_id`."""
+    position_ids: torch.Tensor
+    """[R, W] positions (see the module docstring); 0 on padding."""
+    allowed: torch.Tensor
+    """[R, 1, W, W] boolean attention mask, True where a query may attend a key."""
+    target_row: torch.Tensor
+    """[N] row of the position whose output predicts each trained token."""
+    target_col: torch.Tensor
+    """[N] column of that position."""
+    target_ids: torch.Tensor
+    """[N] the trained tokens."""
+    target_seq: torch.Tensor
+    """[N] which input sequence each trained token belongs to."""
+    target_pos: torch.Tensor
+    """[N] its index within that sequence's completion."""
+    n_sequences: int
+    max_completion: int
+    """The longest completion (the width of per-sequence [B, T] outputs)."""
+    n_real_tokens: int
+    """Tokens computed that are not padding."""
+    n_plain_tokens: int
+    """Tokens a plain layout (`prompt + completion` per sequence, unpadded) computes."""
+
+    @property
+    def n_computed_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+    @property
+    def padding_share(self) -> float:
+        """Share of computed positions that are padding."""
+        return 1.0 - self.n_real_tokens / max(self.n_computed_tokens, 1)
+
+
+@dataclass
+class _Segment:
+    prompt: list[int]
+    completions: list[tuple[int, list[int]]]
+    """(sequence index, completion ids)."""
+
+    def __len__(self) -> int:
+        return len(self.prompt) + sum(len(c) for _, c in self.completions)
+
+
+def _segments(
+    sequences: Sequence[tuple[Sequence[int], Sequence[int]]], share_prefix: bool
+) -> list[_Segment]:
+    segments: list[_Segment] = []
+    for index, (prompt, completion) in enumerate(sequences):
+        if not prompt or not completion:
+            raise ValueError(f"sequence {index}: prompt and completion must be non-empty")
+        prompt = list(prompt)
+        if share_prefix and segments and segments[-1].prompt == prompt:
+            segments[-1].completions.append((index, list(completion)))
+        else:
+            segments.append(_Segment(prompt, [(index, list(completion))]))
+    return segments
+
+
+def _rows(segments: list[_Segment]) -> list[list[_Segment]]:
+    width = max(len(s) for s in segments)
+    rows: list[list[_Segment]] = []
+    room: list[int] = []
+    for segment in sorted(segments, key=len, reverse=True):
+        for i, free in enumerate(room):
+            if len(segment) <= free:
+                rows[i].append(segment)
+                room[i] -= len(segment)
+                break
+        else:
+            rows.append([segment])
+            room.append(width - len(segment))
+    return rows
+
+
+def pack(
+    sequences: Sequence[tuple[Sequence[int], Sequence[int]]],
+    pad_id: int,
+    share_prefix: bool = True,
+) -> PackedBatch:
+    """Pack `(prompt ids, completion ids)` pairs (see the module docstring)."""
+    if not sequences:
+        raise ValueError("nothing to pack")
+    rows = _rows(_segments(sequences, share_prefix))
+    width = max(sum(len(s) for s in row) for row in rows)
+    n_rows = len(rows)
+    input_ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((n_rows, width), dtype=torch.long)
+    segment_of = torch.full((n_rows, width), -1, dtype=torch.long)
+    branch_of = torch.zeros((n_rows, width), dtype=torch.long)
+    targets: list[tuple[int, int, int, int, int]] = []  # (seq, pos, row, col, token)
+    for r, row in enumerate(rows):
+        col = 0
+        for s, segment in enumerate(row):
+            p = len(segment.prompt)
+            input_ids[r, col : col + p] = torch.tensor(segment.prompt)
+            position_ids[r, col : col + p] = torch.arange(p)
+            segment_of[r, col : col + p] = s
+            prompt_last = col + p - 1
+            col += p
+            for branch, (index, completion) in enumerate(segment.completions, start=1):
+                n = len(completion)
+                input_ids[r, col : col + n] = torch.tensor(completion)
+                position_ids[r, col : col + n] = torch.arange(p, p + n)
+                segment_of[r, col : col + n] = s
+                branch_of[r, col : col + n] = branch
+                for t, token in enumerate(completion):
+                    targets.append((index, t, r, prompt_last if t == 0 else col + t - 1, token))
+                col += n
+    q_seg, k_seg = segment_of[:, :, None], segment_of[:, None, :]
+    q_br, k_br = branch_of[:, :, None], branch_of[:, None, :]
+    causal = torch.ones((width, width), dtype=torch.bool).tril()[None]
+    allowed = (q_seg == k_seg) & (q_seg >= 0) & causal & ((k_br == 0) | (k_br == q_br))
+    allowed |= torch.eye(width, dtype=torch.bool)[None] & (segment_of < 0)[:, :, None]
+    targets.sort()
+    columns = list(zip(*targets, strict=True))
+    n_real = int((segment_of >= 0).sum())
+    return PackedBatch(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        allowed=allowed[:, None],
+        target_seq=torch.tensor(columns[0], dtype=torch.long),
+        target_pos=torch.tensor(columns[1], dtype=torch.long),
+        target_row=torch.tensor(columns[2], dtype=torch.long),
+        target_col=torch.tensor(columns[3], dtype=torch.long),
+        target_ids=torch.tensor(columns[4], dtype=torch.long),
+        n_sequences=len(sequences),
+        max_completion=max(len(c) for _, c in sequences),
+        n_real_tokens=n_real,
+        n_plain_tokens=sum(len(p) + len(c) for p, c in sequences),
+    )
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The boolean mask as the additive float mask eager attention adds to its scores."""
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)

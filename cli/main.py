@@ -376,15 +376,23 @@ def export(
     from policy.checkpoint import CheckpointError
     from policy.export import export_hf
 
-    checkpoint = run if (run / "manifest.json").is_file() else checkpoints.latest_valid(run)
-    if checkpoint is None:
+    given = (run / "manifest.json").is_file()
+    candidates = [run] if given else checkpoints.valid_newest_first(run)
+    if not candidates:
         raise ConfigError(
             f"{run}: no valid checkpoint (give a node's data_dir or a checkpoint dir)"
         )
-    try:
-        export_hf(checkpoint, out, dtype, overwrite=force)
-    except (CheckpointError, FileExistsError, ValueError, OSError) as exc:
-        raise ConfigError(str(exc)) from None
+    for checkpoint in candidates:
+        try:
+            export_hf(checkpoint, out, dtype, overwrite=force)
+        except CheckpointError as exc:
+            if given or checkpoint == candidates[-1]:
+                raise ConfigError(str(exc)) from None
+            console.print(f"skipping {exc}; trying an older checkpoint", soft_wrap=True)
+            continue
+        except (FileExistsError, ValueError, OSError) as exc:
+            raise ConfigError(str(exc)) from None
+        break
     console.print(f"exported {checkpoint} -> {out}", soft_wrap=True, highlight=False)
 
 
@@ -449,11 +457,14 @@ def demo(
         "runs/demo"
     ),
     dashboard_at: DashboardOpt = None,
+    force: Annotated[
+        bool, typer.Option(help="Delete --out even if a demo did not write it.")
+    ] = False,
 ) -> None:
     """Run a few tiny-model nodes on 127.0.0.1 over libp2p, sharing rollouts; print a summary."""
     from node.demo import run_demo
 
-    sys.exit(run_demo(nodes, rounds, out, console, dashboard_at))
+    sys.exit(run_demo(nodes, rounds, out, console, dashboard_at, force=force))
 
 
 app.command()(user_errors(dashboard))

@@ -6,8 +6,11 @@ Invariants:
   a hidden temporary sibling and renames it into place (atomic on POSIX); the node then
   writes `node.json` (its own state) inside, atomically, last.
 - A checkpoint is valid only if its `node.json` parses and matches the schema below
-  (right types, `rounds_done` equal to the directory's round): a write cut short or a
-  garbage file is never resumed from. The learner also verifies its own files on load,
+  (right types, `rounds_done` equal to the directory's round) and every learner file it
+  lists still has the size it was written with: a write cut short, a garbage file or a
+  truncated weights file is never resumed from, never counted among the checkpoints
+  `prune` keeps, and never taken for "already written" (the round is written anew). The
+  learner also verifies its own files on load (hashes: corruption that keeps the size),
   and the node falls back to an older checkpoint if they are torn.
 - `prune` never deletes the newest valid checkpoint. It keeps the newest `keep` valid
   ones, deletes hidden temporary directories (writes that were cut short) and round
@@ -23,7 +26,8 @@ Invariants:
 `senders` ({peer id: [highest seq, policy version]}, ints >= 0: each sender's newest
 envelope, the replay floor and version-lag reference after a restart), `peer_id`,
 `model_id`, `model_family` (strings), optionally `own_seq_reserved` (int >= 0: every seq
-this node sent until the next checkpoint is below it; see `node.resume`). (Protocol-1
+this node sent until the next checkpoint is below it; see `node.resume`) and `files`
+({relative path: size in bytes} of the learner's files; absent in older checkpoints). (Protocol-1
 checkpoints also had `swarm_round` and no `senders`: they still load, with an empty
 sender table.)
 """
@@ -113,6 +117,11 @@ def node_state_problem(state: Any, directory: Path | None = None) -> str | None:
             return f"{key} is {state.get(key)!r}, not a string"
     if "own_seq_reserved" in state and not _is_count(state["own_seq_reserved"]):
         return f"own_seq_reserved is {state['own_seq_reserved']!r}, not a count"
+    files = state.get("files", {})
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and _is_count(v) for k, v in files.items()
+    ):
+        return "files is not {path: size}"
     return None
 
 
@@ -125,7 +134,10 @@ def _load_node_state(directory: Path) -> tuple[dict | None, str | None]:
     except (OSError, ValueError) as exc:
         return None, f"unreadable {NODE_STATE} ({exc})"
     problem = node_state_problem(state, directory)
-    return (None, f"bad {NODE_STATE}: {problem}") if problem else (state, None)
+    if problem:
+        return None, f"bad {NODE_STATE}: {problem}"
+    torn = _files_problem(directory, state)
+    return (None, f"learner files changed since written: {torn}") if torn else (state, None)
 
 
 def read_node_state(directory: Path) -> dict | None:
@@ -137,8 +149,31 @@ def is_valid(directory: Path) -> bool:
     return read_node_state(directory) is not None
 
 
+def file_sizes(directory: Path) -> dict[str, int]:
+    """Size of every file the learner wrote in `directory` (relative POSIX paths)."""
+    sizes = {}
+    for path in sorted(directory.rglob("*")):
+        name = path.relative_to(directory).as_posix()
+        if path.is_file() and name != NODE_STATE and not path.name.startswith("."):
+            sizes[name] = path.stat().st_size
+    return sizes
+
+
+def _files_problem(directory: Path, state: dict) -> str | None:
+    """Why the learner files recorded in `state["files"]` do not match the directory's."""
+    for name, size in state.get("files", {}).items():
+        path = directory / name
+        if ".." in Path(name).parts or not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} were written"
+    return None
+
+
 def write_node_state(directory: Path, state: dict) -> None:
-    """Write `node.json` atomically (temp file, fsync, rename, fsync dir)."""
+    """Write `node.json` atomically (temp file, fsync, rename, fsync dir), recording the
+    size of every learner file already in `directory` (`files`)."""
+    state = {**state, "files": file_sizes(directory)}
     tmp = directory / f".{NODE_STATE}.tmp"
     with tmp.open("w") as f:
         json.dump(state, f, sort_keys=True)

@@ -26,6 +26,7 @@ from node.metrics import read_metrics
 from node.ports import free_port
 from node.run_summary import no_signal, summarize
 from node.starter import learning_settings, merge
+from swarm.errors import ConfigError
 from swarm.identity import write_key_file
 
 
@@ -119,13 +120,37 @@ def _pump(name: str, stream: Any, lines: queue.Queue) -> None:
     lines.put((name, None))
 
 
-def run_demo(
-    nodes: int, rounds: int, out: Path, console: Console, dashboard: str | None = None
-) -> int:
-    """Run the demo; with `dashboard` (PORT or HOST:PORT), serve a dashboard of all nodes."""
+DEMO_MARKER = ".swarm-demo"
+"""Written into a demo's output folder: a later demo may replace that folder, no other."""
+
+
+def clear_output(out: Path, force: bool) -> None:
+    """Make `out` an empty folder for a demo. Only a previous demo's folder (it holds
+    `DEMO_MARKER`) or, with `force`, any folder is deleted; anything else is refused."""
     if out.exists():
+        if not out.is_dir():
+            raise ConfigError(f"{out}: not a folder; give --out a folder for the demo's nodes")
+        previous_demo = (out / DEMO_MARKER).is_file()
+        if any(out.iterdir()) and not previous_demo and not force:
+            raise ConfigError(
+                f"{out}: exists and was not written by a demo; give another --out, or pass "
+                "--force to delete everything in it"
+            )
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    (out / DEMO_MARKER).write_text("written by `swarm demo`; a later demo replaces this folder\n")
+
+
+def run_demo(
+    nodes: int,
+    rounds: int,
+    out: Path,
+    console: Console,
+    dashboard: str | None = None,
+    force: bool = False,
+) -> int:
+    """Run the demo; with `dashboard` (PORT or HOST:PORT), serve a dashboard of all nodes."""
+    clear_output(out, force)
     configs = write_configs(nodes, rounds, out)
     server = None
     if dashboard is not None:

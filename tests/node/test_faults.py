@@ -262,6 +262,32 @@ def test_resume_falls_back_past_garbage_and_torn_checkpoints(
     assert _names(data) == ["round-00000010", "round-00000011"]
 
 
+def test_a_truncated_newest_checkpoint_is_rewritten_and_never_replaces_a_good_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by hand (issue 34): with a truncated weights file in the newest checkpoint,
+    resume rightly fell back to the one before, but on reaching that round again the node
+    took the torn directory for "already written" (node.json alone was checked), pruned
+    the good older checkpoint as not among the newest two, and left only the torn one."""
+    config = stub_config(tmp_path, "t", external_groups=0)
+    first = stub_node(config, MemoryNetwork("truncated-1"))
+    asyncio.run(first.run(10))  # valid checkpoints at 5 and 10
+    data = first.data_dir
+    newest = checkpoints.checkpoint_dir(data, 10)
+    weights = newest / "stub.json"
+    weights.write_bytes(weights.read_bytes()[:-3])  # truncated, node.json untouched
+    assert not checkpoints.is_valid(newest)
+    second = stub_node(config, MemoryNetwork("truncated-2"))
+    with caplog.at_level(logging.WARNING, logger="swarm.node"):
+        assert second.resume() == checkpoints.checkpoint_dir(data, 5)
+    assert "stub.json has" in "\n".join(r.getMessage() for r in caplog.records)
+    asyncio.run(second.run(5))  # rounds 6..10: round 10 is written anew
+    assert checkpoints.is_valid(newest)
+    assert _names(data) == ["round-00000005", "round-00000010"]
+    third = stub_node(config, MemoryNetwork("truncated-3"))
+    assert third.resume() == newest and third.rounds_done == 10
+
+
 class _OtherModel(StubLearner):
     """Another model, whose weights do not fit a stub checkpoint (as a 135M model's do
     not fit the tiny model's: torch's load_state_dict raises a size mismatch)."""

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 import torch
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
@@ -79,6 +81,9 @@ def test_swarm_export_takes_the_newest_checkpoint_of_a_run(tmp_path: Path) -> No
         runner.invoke(app, ["init", str(config), "--data-dir", str(tmp_path / "run")]).exit_code
         == 0
     )
+    settings = tomllib.loads(config.read_text())
+    settings["node"]["checkpoint_every"] = 1  # rounds 2 and 3 kept
+    config.write_text(tomli_w.dumps(settings))
     trained = runner.invoke(app, ["train", "--config", str(config), "--rounds", "3"])
     assert trained.exit_code == 0, trained.output
     result = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "out")])
@@ -90,6 +95,14 @@ def test_swarm_export_takes_the_newest_checkpoint_of_a_run(tmp_path: Path) -> No
     assert again.exit_code == 2 and "--force" in again.output
     empty = runner.invoke(app, ["export", str(tmp_path), str(tmp_path / "x")])
     assert empty.exit_code == 2 and "no valid checkpoint" in empty.output
+    # The newest checkpoint's weights corrupted in place (same size): the one before.
+    weights = tmp_path / "run" / "checkpoints" / "round-00000003" / "model.safetensors"
+    with weights.open("r+b") as f:
+        f.seek(weights.stat().st_size // 2)
+        f.write(b"\xff" * 16)
+    older = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "older")])
+    assert older.exit_code == 0, older.output
+    assert "does not match its hash" in older.output and "round-00000002" in older.output
 
 
 def test_checkpoints_without_optimizer_state_resume_with_a_fresh_optimizer(

@@ -97,7 +97,9 @@ def peerid(path: Annotated[Path, typer.Argument(help="A key file.")]) -> None:
 @user_errors
 def init(
     path: Annotated[Path, typer.Argument(help="Config file to write.")] = Path("node.toml"),
-    name: Annotated[str, typer.Option(help="Node name.")] = "node",
+    name: Annotated[
+        str | None, typer.Option(help="Node name (default: the file's name, me.toml -> me).")
+    ] = None,
     swarm_id: Annotated[str, typer.Option(help="Swarm to join.")] = "swarm-demo",
     transport: Annotated[str, typer.Option(help="libp2p | mqtt | memory")] = "libp2p",
     data_dir: Annotated[Path | None, typer.Option(help="Data dir (default runs/<name>).")] = None,
@@ -116,6 +118,7 @@ def init(
     from node.starter import fresh_seeds, learning_settings, merge
 
     rng = random.Random(seed) if seed is not None else None
+    name = name or path.stem
     overrides = merge(
         learning_settings(),
         fresh_seeds(rng),

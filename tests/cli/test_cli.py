@@ -47,6 +47,15 @@ def test_world_readable_key_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_init_names_the_node_after_its_file(tmp_path: Path) -> None:
+    """The README's `swarm init me.toml` then `swarm status runs/me` (issue 34: the node
+    was called "node", its data in runs/node, and the next three commands failed)."""
+    path = tmp_path / "me.toml"
+    assert runner.invoke(app, ["init", str(path)]).exit_code == 0
+    config = load_config(path)
+    assert config.node.name == "me" and config.node.data_dir == Path("runs/me")
+
+
 def test_init_then_check_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "alice.toml"
     result = runner.invoke(app, ["init", str(path), "--name", "alice", "--transport", "mqtt"])

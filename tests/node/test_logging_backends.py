@@ -86,6 +86,10 @@ def _wandb_history(run_file: Path) -> tuple[list[dict[str, Any]], bool]:
         _, length, kind = struct.unpack("<IHB", data[position : position + 7])
         if length == 0 and kind == 0:
             break
+        if position + 7 + length > len(data):
+            # The writer is mid-record (W&B's service process writes while we read):
+            # what is here so far, and not exited, so the caller reads again.
+            return rows, False
         pending += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # FULL or LAST

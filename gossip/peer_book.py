@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -47,6 +48,40 @@ _LOOPBACK_PREFIXES = ("/ip4/127.", "/ip6/::1/")
 SOURCES = ("bootstrap", "book", "exchange", "inbound")
 """How a peer was first learned: configured, from the peer book, from a peer's exchange
 reply, or it dialed us (or mDNS found it) first."""
+
+
+_PRIVATE_BLOCKS = tuple(
+    ipaddress.ip_network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+)
+PUBLIC = "public"
+
+
+def address_scope(addr: str) -> str:
+    """The network an address can be reached on, for deciding who may dial it:
+    `public` (a global IP, or a DNS name: resolved later), `loopback`, `link_local`,
+    `private:<block>` (one per RFC 1918 block, CGNAT 100.64/10, IPv6 ULA) or `reserved`
+    (multicast, documentation, benchmarking and other non-global ranges). Relay
+    (`/p2p-circuit`) addresses have the scope of the relay's address."""
+    parts = addr.split("/")
+    if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
+        return PUBLIC
+    try:
+        ip = ipaddress.ip_address(parts[2])
+    except ValueError:
+        return "reserved"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link_local"
+    for block in _PRIVATE_BLOCKS:
+        if ip.version == block.version and ip in block:
+            return f"private:{block}"
+    if ip.is_global and not ip.is_multicast:
+        return PUBLIC
+    return "reserved"
 
 
 def is_loopback(addr: str) -> bool:

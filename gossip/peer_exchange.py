@@ -10,11 +10,16 @@ Invariants:
 - What a peer replies is untrusted. A reply over `MAX_REPLY_BYTES` is cut off there and
   dropped (`oversize`); one of another shape is dropped (`malformed`,
   `unknown_version`); within a good reply each bad entry is dropped alone
-  (`bad_peer_id`, `no_valid_addr`, `self`). Every drop is counted by reason in
+  (`bad_peer_id`, `no_valid_addr`, `other_network`, `self`). Every drop is counted by reason in
   `stats()`, logged once per (reason, peer) per `_LOG_REPEAT_S`, and survived: the
   connection to the peer is kept.
-- Addresses are filtered by `gossip.peer_book.clean_addrs`; loopback addresses are
-  accepted only from a peer we reach over loopback ourselves.
+- Addresses are filtered by `gossip.peer_book.clean_addrs`, and by network
+  (`gossip.peer_book.address_scope`): a public address is always dialable; a private
+  one (per RFC 1918 block, CGNAT, IPv6 ULA) if this machine has an interface on that
+  block or reaches the replying peer over it; a loopback, link-local or reserved one
+  only if the replying peer is reached over that kind of address itself, so
+  a peer cannot make a public node probe private networks (issue 31: one peer's replies
+  had a node dial 338 private addresses).
 - Bounded: at most `MAX_CANDIDATES` peers heard of are remembered (a random one leaves
   when full); at most `NEW_DIALS_PER_TICK` of them are handed to the redialer per
   `TICK_S`, and only while connected peers plus recent unanswered dials are below
@@ -42,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ifaddr
 import multiaddr
 import trio
 from libp2p.abc import IHost, INetStream
@@ -52,7 +58,14 @@ from libp2p.peer.peerstore import PeerStoreError
 from libp2p.pubsub.gossipsub import GossipSub
 
 from gossip.libp2p_dialer import Redialer
-from gossip.peer_book import MAX_ADDRS_PER_PEER, SOURCES, PeerBook, clean_addrs, is_loopback
+from gossip.peer_book import (
+    MAX_ADDRS_PER_PEER,
+    PUBLIC,
+    SOURCES,
+    PeerBook,
+    address_scope,
+    clean_addrs,
+)
 from gossip.peer_exchange_wire import (
     ENTRY_DROP_REASONS,
     MAX_REPLY_BYTES,
@@ -85,6 +98,7 @@ BOOK_SAVE_PERIOD_S = 30.0
 BOOK_NEW_PEER_SAVE_S = 2.0
 _MAX_REMEMBERED = 4096
 _LOG_REPEAT_S = 600.0
+_LOCAL_SCOPES_S = 60.0
 
 QUERY_FAIL_REASONS = ("timeout", "stream_error", "no_answer")
 SERVE_REFUSE_REASONS = ("rate_limited", "busy", "write_failed")
@@ -110,6 +124,31 @@ class _Candidate:
     source: str
     last_seen: float
     """Unix time (book entries: last connected; exchange: when heard of)."""
+
+
+def local_scopes() -> set[str]:
+    """`address_scope` of every address of this machine's network interfaces."""
+    scopes = set()
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            text = ip.ip[0] if isinstance(ip.ip, tuple) else ip.ip
+            kind = "ip6" if ":" in text else "ip4"
+            scopes.add(address_scope(f"/{kind}/{text.split('%')[0]}/tcp/1"))
+    return scopes
+
+
+def _remote_scope(stream: INetStream) -> str | None:
+    """`address_scope` of the remote end of the connection `stream` runs on (the IP we
+    really reach the peer at, not what it advertises), None where the transport has none."""
+    try:
+        remote = stream.get_remote_address()
+    except Exception as exc:  # noqa: BLE001 - a closing connection may fail any accessor
+        log.debug("no remote address for a peer-exchange stream: %r", exc)
+        return None
+    if remote is None:
+        return None
+    kind = "ip6" if ":" in remote[0] else "ip4"
+    return address_scope(f"/{kind}/{remote[0]}/tcp/{remote[1]}")
 
 
 def _addrs_of(host: IHost, peer_id: ID) -> list[str]:
@@ -165,6 +204,8 @@ class PeerExchange:
         self.entries_dropped = dict.fromkeys(ENTRY_DROP_REASONS, 0)
         self.learned_from: OrderedDict[ID, str] = OrderedDict((p, "bootstrap") for p in bootstrap)
         self.candidates: dict[ID, _Candidate] = {}
+        self._scopes: set[str] = set()
+        self._scopes_read_at: float | None = None
         self._host: IHost | None = None
         self.router: GossipSub | None = None
         """Set by the transport: the mesh sizes per topic go into `stats()`."""
@@ -293,6 +334,7 @@ class PeerExchange:
         try:
             with trio.fail_after(REQUEST_TIMEOUT_S):
                 stream = await host.new_stream(pid, [PROTOCOL_ID])
+                via = _remote_scope(stream)
                 data = b""
                 try:
                     data = await _read_bounded(stream, MAX_REPLY_BYTES)
@@ -315,9 +357,11 @@ class PeerExchange:
             # reads here as an empty reply: a refusal, not a malformed answer.
             self.query_failed["no_answer"] += 1
             return
-        self._take_reply(host, pid, data)
+        self._take_reply(host, pid, data, via)
 
-    def _take_reply(self, host: IHost, pid: ID, data: bytes) -> None:
+    def _take_reply(self, host: IHost, pid: ID, data: bytes, via: str | None) -> None:
+        """Remember the new peers of `pid`'s reply, which came over a connection whose
+        remote address has the scope `via` (None: unknown)."""
         peer = pid.to_base58()
         try:
             entries = decode_reply(data)
@@ -325,8 +369,11 @@ class PeerExchange:
             self.replies_dropped[exc.reason] += 1
             self._log_once(exc.reason, peer, f"peer-exchange reply dropped ({exc})")
             return
-        loopback = any(is_loopback(a) for a in _addrs_of(host, pid))
-        good, dropped = parse_entries(entries, host.get_id().to_base58(), allow_loopback=loopback)
+        # Loopback and link-local only where we reach the replying peer that way: every
+        # machine has them, so "this machine is on that network" proves nothing.
+        lans = {s for s in self._local_scopes() if s.startswith("private:")}
+        scopes = {PUBLIC} | lans | ({via} if via else set())
+        good, dropped = parse_entries(entries, host.get_id().to_base58(), scopes=scopes)
         for reason, n in dropped.items():
             if n:
                 self.entries_dropped[reason] += n
@@ -421,6 +468,15 @@ class PeerExchange:
             return self.learned_from.get(ID.from_base58(peer_id))
         except Exception:  # noqa: BLE001 - not a peer id
             return None
+
+    def _local_scopes(self) -> set[str]:
+        """The networks this machine is on (its interfaces' addresses), re-read at most
+        every `_LOCAL_SCOPES_S`."""
+        now = time.monotonic()
+        if self._scopes_read_at is None or now - self._scopes_read_at > _LOCAL_SCOPES_S:
+            self._scopes = local_scopes()
+            self._scopes_read_at = now
+        return self._scopes
 
     def _log_once(self, reason: str, peer: str, detail: str) -> None:
         key = (reason, peer)

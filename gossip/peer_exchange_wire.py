@@ -15,21 +15,24 @@ of another shape, with maps, binary or extension values, any array over
 `MAX_REPLY_PEERS` or a string over 1 KiB (`malformed`), or another version
 (`unknown_version`), before building anything large (msgpack's own limits);
 `parse_entries` then drops bad entries one by one (`bad_peer_id`, `no_valid_addr`,
-`self`) and returns only addresses `gossip.peer_book.clean_addrs` accepted.
+`other_network`, `self`) and returns only addresses `gossip.peer_book.clean_addrs`
+accepted, on networks the caller may dial (`gossip.peer_book.address_scope`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import msgpack
 from libp2p.peer.id import ID
 
-from gossip.peer_book import MAX_PEER_ID_CHARS, clean_addrs
+from gossip.peer_book import MAX_PEER_ID_CHARS, address_scope, clean_addrs
 
 REPLY_VERSION = 1
 MAX_REPLY_PEERS = 32
 MAX_REPLY_BYTES = 64 * 1024
 REPLY_DROP_REASONS = ("oversize", "malformed", "unknown_version")
-ENTRY_DROP_REASONS = ("bad_peer_id", "no_valid_addr", "self")
+ENTRY_DROP_REASONS = ("bad_peer_id", "no_valid_addr", "other_network", "self")
 
 
 class ReplyError(ValueError):
@@ -76,9 +79,13 @@ def decode_reply(data: bytes) -> list[tuple[object, object]]:
 
 
 def parse_entries(
-    entries: list[tuple[object, object]], me: str, *, allow_loopback: bool
+    entries: list[tuple[object, object]], me: str, *, scopes: Collection[str]
 ) -> tuple[list[tuple[ID, list[str]]], dict[str, int]]:
-    """The usable (peer id, cleaned addresses) of a decoded reply, and what was dropped."""
+    """The usable (peer id, cleaned addresses) of a decoded reply, and what was dropped.
+
+    Only addresses whose `address_scope` is in `scopes` are kept (the caller allows
+    `public` and the networks it shares with the replying peer); an entry left with
+    none of its valid addresses is dropped as `other_network`."""
     dropped = dict.fromkeys(ENTRY_DROP_REASONS, 0)
     good: list[tuple[ID, list[str]]] = []
     for raw_id, raw_addrs in entries:
@@ -93,9 +100,18 @@ def parse_entries(
         if raw_id == me:
             dropped["self"] += 1
             continue
-        addrs = clean_addrs(raw_addrs, raw_id, allow_loopback=allow_loopback)
-        if not addrs:
+        valid = clean_addrs(raw_addrs, raw_id)
+        if not valid:
             dropped["no_valid_addr"] += 1
+            continue
+        addrs = [a for a in valid if address_scope(_relay_host(a)) in scopes]
+        if not addrs:
+            dropped["other_network"] += 1
             continue
         good.append((peer_id, addrs))
     return good, dropped
+
+
+def _relay_host(addr: str) -> str:
+    """A relay address's relay part (the part before `/p2p-circuit`), else `addr`."""
+    return addr.split("/p2p-circuit", 1)[0]

@@ -9,7 +9,13 @@ import msgpack
 import pytest
 from pydantic import ValidationError
 
-from gossip.peer_book import MAX_ADDRS_PER_PEER, PeerBook, clean_addr, clean_addrs
+from gossip.peer_book import (
+    MAX_ADDRS_PER_PEER,
+    PeerBook,
+    address_scope,
+    clean_addr,
+    clean_addrs,
+)
 from gossip.peer_exchange_wire import (
     MAX_REPLY_BYTES,
     MAX_REPLY_PEERS,
@@ -24,6 +30,7 @@ from swarm.identity import Identity
 PID = Identity.from_seed(b"\x01" * 32).peer_id
 OTHER = Identity.from_seed(b"\x02" * 32).peer_id
 ME = Identity.from_seed(b"\x03" * 32).peer_id
+THIRD = Identity.from_seed(b"\x04" * 32).peer_id
 
 
 @pytest.mark.parametrize(
@@ -115,9 +122,53 @@ def test_reply_round_trip_and_entry_filtering() -> None:
             (OTHER, ["/ip4/0.0.0.0/tcp/1"]),
         ]
     )
-    good, dropped = parse_entries(decode_reply(data), ME, allow_loopback=False)
+    on_its_lan = {"public", "private:10.0.0.0/8"}  # the replying peer is on 10/8 too
+    good, dropped = parse_entries(decode_reply(data), ME, scopes=on_its_lan)
     assert [(str(p), a) for p, a in good] == [(PID, ["/ip4/10.0.0.1/tcp/1"])]
-    assert dropped == {"bad_peer_id": 1, "no_valid_addr": 1, "self": 1}
+    assert dropped == {"bad_peer_id": 1, "no_valid_addr": 1, "other_network": 0, "self": 1}
+
+
+@pytest.mark.parametrize(
+    ("addr", "scope"),
+    [
+        ("/ip4/8.8.8.8/tcp/1", "public"),
+        ("/dns4/example.org/tcp/1", "public"),
+        ("/ip4/10.1.2.3/tcp/1", "private:10.0.0.0/8"),
+        ("/ip4/172.20.0.1/tcp/1", "private:172.16.0.0/12"),
+        ("/ip4/192.168.1.9/tcp/1", "private:192.168.0.0/16"),
+        ("/ip4/100.64.3.4/tcp/1", "private:100.64.0.0/10"),
+        ("/ip6/fd00::1/tcp/1", "private:fc00::/7"),
+        ("/ip4/127.0.0.1/tcp/1", "loopback"),
+        ("/ip6/::1/tcp/1", "loopback"),
+        ("/ip4/169.254.1.1/tcp/1", "link_local"),
+        ("/ip6/fe80::1/tcp/1", "link_local"),
+        ("/ip4/203.0.113.7/tcp/1", "reserved"),  # documentation
+        ("/ip4/224.0.0.1/tcp/1", "reserved"),  # multicast
+        ("/ip4/240.0.0.1/tcp/1", "reserved"),
+        ("/ip6/::ffff:10.0.0.1/tcp/1", "private:10.0.0.0/8"),  # IPv4-mapped
+    ],
+)
+def test_address_scopes(addr: str, scope: str) -> None:
+    assert address_scope(addr) == scope
+
+
+def test_a_public_node_is_not_sent_to_probe_private_networks() -> None:
+    """Issue 31: replies chosen by one peer made a public node dial 364 addresses, 338 of
+    them private. Only addresses on networks the replying peer is on are kept."""
+    data = encode_reply(
+        [
+            (PID, ["/ip4/10.0.0.1/tcp/1", "/ip4/192.168.0.1/tcp/1"]),
+            (OTHER, ["/ip4/172.16.0.1/tcp/1", "/ip4/8.8.4.4/tcp/4001"]),
+            (THIRD, ["/ip4/127.0.0.1/tcp/1", "/ip4/169.254.0.1/tcp/1", "/ip4/224.0.0.1/tcp/1"]),
+        ]
+    )
+    good, dropped = parse_entries(decode_reply(data), ME, scopes={"public"})
+    assert [(str(p), a) for p, a in good] == [(OTHER, ["/ip4/8.8.4.4/tcp/4001"])]
+    assert dropped["other_network"] == 2
+    lan = parse_entries(decode_reply(data), ME, scopes={"public", "private:192.168.0.0/16"})[0]
+    assert next(a for _, a in lan) == ["/ip4/192.168.0.1/tcp/1"]
+    local = parse_entries(decode_reply(data), ME, scopes={"public", "loopback"})[0]
+    assert ["/ip4/127.0.0.1/tcp/1"] in [a for _, a in local]
 
 
 @pytest.mark.parametrize(

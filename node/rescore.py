@@ -12,6 +12,13 @@ Invariants:
   peer must not crash the node through a dataset's bug), `prompt_mismatch` (the peer
   claims a different question), `zero_variance` (all completions score the same: no
   GRPO signal; not the peer's fault).
+- The peer's claimed rewards are never used (the group trains on the rewards computed
+  here), only judged: `Rescored.forged` holds where no valid `[rewards]` settings explain
+  them, i.e. where the mean gap between the claims and the rewards under every
+  correctness reward of `rewards.registry.CORRECTNESS`, both answer formats and every
+  format weight in [0, 1] exceeds `FORGED_REWARD_GAP` (`settings_gap`). A peer whose
+  claims differ from ours only because its settings differ is never blamed (issue 31:
+  `format_weight = 1.0` or a `closeness` reward was refused as `forged_rewards`).
 """
 
 from __future__ import annotations
@@ -21,13 +28,17 @@ import statistics
 from dataclasses import dataclass
 
 from rewards.mixture import Variants, register_variants
-from rewards.registry import score_group
-from rewards.tasks import UnusableSource, make_task
+from rewards.registry import CORRECTNESS, correctness, format_reward, score_group
+from rewards.tasks import Task, UnusableSource, make_task
 from swarm.config import RewardsConfig
 from swarm.messages import RolloutGroup
 
 log = logging.getLogger(__name__)
 FORGED_REWARD_GAP = 0.5
+"""Mean |claimed - recomputed| reward per completion, under the settings that explain the
+claims best, above which a group's claims are forged (rewards lie in [0, 2]). Lenient so
+that a sender whose scorer timed out on a completion or two is not blamed."""
+ANSWER_FORMATS = ("first_line", "answer_block")
 
 
 class Refused(Exception):
@@ -39,7 +50,9 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class Rescored:
     rewards: tuple[float, ...]
-    advisory_gap: float  # mean |advisory - local| reward; large gaps suggest forgery
+    advisory_gap: float
+    """Mean |claimed - recomputed| reward under the settings that explain the claims best
+    (ours where they are within `FORGED_REWARD_GAP`)."""
 
     @property
     def forged(self) -> bool:
@@ -62,7 +75,46 @@ def rescore_group(group: RolloutGroup, config: RewardsConfig, variants: Variants
     if task.prompt != group.prompt:
         raise Refused("prompt_mismatch")
     rewards = tuple(score_group(task, list(group.completions), config))
-    gap = statistics.fmean(abs(a - b) for a, b in zip(group.rewards, rewards, strict=True))
     if len(set(rewards)) <= 1:
         raise Refused("zero_variance")
+    gap = mean_gap(group.rewards, rewards)
+    if gap > FORGED_REWARD_GAP:  # other settings than ours, or a lie: see the docstring
+        gap = min(gap, _gap_under_any_settings(task, group, config))
     return Rescored(rewards, gap)
+
+
+def mean_gap(claimed: tuple[float, ...], rewards: tuple[float, ...] | list[float]) -> float:
+    """Mean |claimed - reward| per completion."""
+    return statistics.fmean(abs(a - b) for a, b in zip(claimed, rewards, strict=True))
+
+
+def settings_gap(
+    claimed: tuple[float, ...], correct: list[float], well_formed: list[float]
+) -> float:
+    """The smallest `mean_gap` between `claimed` and `correct + w * well_formed` over
+    format weights w in [0, 1] (one correctness reward and one answer format). The gap
+    is convex and piecewise linear in w, so its minimum lies at 0, 1 or a point where one
+    completion's gap is zero."""
+    candidates = {0.0, 1.0}
+    for claim, c, f in zip(claimed, correct, well_formed, strict=True):
+        if f > 0:
+            candidates.add(min(1.0, max(0.0, (claim - c) / f)))
+    return min(
+        mean_gap(claimed, [c + w * f for c, f in zip(correct, well_formed, strict=True)])
+        for w in candidates
+    )
+
+
+def _gap_under_any_settings(task: Task, group: RolloutGroup, config: RewardsConfig) -> float:
+    """`settings_gap` minimized over every correctness reward and answer format."""
+    completions = list(group.completions)
+    formats = [[format_reward(task, c, kind) for c in completions] for kind in ANSWER_FORMATS]
+    best = float("inf")
+    for name in CORRECTNESS:
+        other = config.model_copy(update={"correctness": name})
+        correct = [correctness(task, c, other) for c in completions]
+        for well_formed in formats:
+            best = min(best, settings_gap(group.rewards, correct, well_formed))
+            if best <= FORGED_REWARD_GAP:
+                return best
+    return best

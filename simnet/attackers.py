@@ -13,8 +13,11 @@ Behaviours (`ATTACK_BEHAVIORS`):
 - `flood`: valid signed hellos, `flood_messages` per tick, far beyond the rate limit.
 - `mismatched_prompt`: groups whose completions are the referenced task's answer but
   whose prompt is another task's (a faked question/answer pair).
-- `forged_rewards`: groups of the right prompt with mostly wrong completions, all
-  claiming the top reward.
+- `forged_rewards`: groups of the right prompt whose completions, but one, give no
+  answer at all, all claiming the top reward: claims no `[rewards]` settings produce
+  (`node.rescore`). Claims that some valid settings explain (wrong answers claiming 1.0
+  could be a format reward of weight 1) are not forgeries a receiver can prove, and
+  harmless: it trains on the rewards it computes itself.
 - `sybil`: `sybil_keys` identities of one attacker; each claims an absurd policy version
   (2**62: the old clock-ratchet attack, which made honest work look stale) and sends
   forged groups.
@@ -196,7 +199,8 @@ class Attacker:
         groups = []
         for ref in self._tasks():
             task = make_task(ref)
-            wrong = [f"{task.answer}{self.rng.randrange(10)}" for _ in range(self.group_size - 1)]
+            dodges = ("no idea", "I cannot say", "hard to tell", "let me think")
+            wrong = [self.rng.choice(dodges) for _ in range(self.group_size - 1)]
             completions = [task.answer, *wrong]
             groups.append(
                 self._group(ref, task.prompt, completions, [FORGED_REWARD] * self.group_size)

@@ -10,7 +10,8 @@ import pytest
 
 from gossip.layer import Received
 from gossip.memory import MemoryNetwork
-from node.rescore import Refused, rescore_group
+from node.rescore import FORGED_REWARD_GAP, Refused, mean_gap, rescore_group, settings_gap
+from rewards.registry import score_group
 from rewards.tasks import make_task
 from swarm.config import RewardsConfig
 from swarm.envelope import seal
@@ -66,3 +67,53 @@ def test_a_node_that_takes_no_external_groups_rescores_none(tmp_path: Path) -> N
     asyncio.run(node.take(Received(rollouts_topic(node.config.node.swarm_id), envelope, batch, 10)))
     assert node.rescorer.stats()["jobs"] == 0 and len(node.pool) == 0 and not node.drops
     assert node.sender_versions.version(peer.peer_id) == 0 and peer.peer_id in node.sender_versions
+
+
+def test_settings_gap_finds_the_format_weight_that_explains_claims() -> None:
+    correct, well_formed = [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]
+    claims = tuple(c + 0.3 * f for c, f in zip(correct, well_formed, strict=True))
+    assert settings_gap(claims, correct, well_formed) == pytest.approx(0.0, abs=1e-12)
+    # weights are bounded to [0, 1]: claims of 3.0 are 1.0 above the best (w = 1) each
+    assert settings_gap((3.0, 3.0, 3.0, 3.0), [1.0] * 4, [1.0] * 4) == pytest.approx(1.0)
+
+
+def _group_claiming(claims: tuple[float, ...], completions: tuple[str, ...]) -> RolloutGroup:
+    task = make_task(TaskRef("add", 5, 3))
+    return RolloutGroup(task.ref, task.prompt, completions, claims, "m", 0, (True,) * 4)
+
+
+@pytest.mark.parametrize(
+    ("theirs", "offsets"),
+    [
+        (RewardsConfig(format_weight=1.0), ("+1", "+2", "+3", "")),
+        (RewardsConfig(correctness="closeness"), ("+0.1", "-0.1", "+0.2", "")),
+        (
+            RewardsConfig(correctness="closeness", format_weight=0.7, answer_format="answer_block"),
+            ("+0.1", "-0.2", "+1", ""),
+        ),
+    ],
+)
+def test_claims_from_other_valid_settings_are_not_forged(
+    theirs: RewardsConfig, offsets: tuple[str, ...]
+) -> None:
+    """Issue 31: an honest peer with another valid [rewards] config was refused as
+    forged_rewards and ignored. Its claims, scored with its settings, differ from ours by
+    more than the threshold; the group is re-scored with ours and not blamed."""
+    task = make_task(TaskRef("add", 5, 3))
+    answers = [f"{float(task.answer) + float(o):g}" if o else task.answer for o in offsets]
+    block = theirs.answer_format == "answer_block"
+    completions = tuple(f"<answer>{a}</answer>" if block else a for a in answers)
+    claims = tuple(score_group(task, list(completions), theirs))
+    ours = RewardsConfig()
+    assert mean_gap(claims, score_group(task, list(completions), ours)) > FORGED_REWARD_GAP
+    rescored = rescore_group(_group_claiming(claims, completions), ours)
+    assert not rescored.forged and rescored.rewards == tuple(
+        score_group(task, list(completions), ours)
+    )
+
+
+def test_claims_no_settings_produce_are_forged() -> None:
+    task = make_task(TaskRef("add", 5, 3))
+    completions = ("no idea", "I cannot say", "hard to tell", task.answer)
+    rescored = rescore_group(_group_claiming((1.0, 1.0, 1.0, 1.0), completions), RewardsConfig())
+    assert rescored.forged and rescored.advisory_gap == pytest.approx(0.75)

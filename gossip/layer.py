@@ -35,6 +35,15 @@ its reason in `counters.dropped`):
    topic of this swarm (`swarm.transport` names) its kind must be the topic's kind, a
    delta's family the topic's family (`wrong_topic`).
 
+Before forwarding. A transport that relays peers' messages (GossipSub) asks
+`forward_gate()` first, in its own thread, for each message new to it: step 1, step 2's
+`sender_mismatch` against the transport's authenticated origin, step 3's size bound and
+the topic's kind (chunks pass on any topic) are checked there, so a message failing
+them is neither forwarded to other peers nor delivered. Each such refusal is counted
+here under its reason and blamed on the connected peer that handed it over (the
+forwarder, which a flood signed with a fresh key per message cannot change); while that
+peer is ignored the transport refuses what it forwards unread (`ignored_peer`).
+
 Invariants:
 - `receive` returns only messages that passed every step, and yields to the event loop
   before each message it judges (one message's work is the longest it blocks the
@@ -95,7 +104,14 @@ from swarm.messages import (
     encode_payload,
     payload_parts,
 )
-from swarm.transport import Transport, TransportMessage, deltas_topic, peers_topic, rollouts_topic
+from swarm.transport import (
+    ForwardGate,
+    Transport,
+    TransportMessage,
+    deltas_topic,
+    peers_topic,
+    rollouts_topic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +123,7 @@ MIN_CHUNK_DATA = 64
 """A transport whose messages cannot carry this much chunk data is refused."""
 MAX_SEQ = 2**63 - 1
 PUBLISH_LOG_EVERY_S = 60.0
+_MAX_IGNORED_FORWARDERS = 4096
 """A repeated publish failure of the same cause is logged at most this often."""
 MAX_PAYLOAD_STR_BYTES = 4 * MAX_TEXT_CHARS
 """Longest msgpack str in a payload: a text field of MAX_TEXT_CHARS in worst-case UTF-8."""
@@ -205,6 +222,8 @@ class Gossip:
                 "for chunk data"
             )
         self._topics: set[str] = set()
+        self._ignored_until: dict[str, float] = {}
+        """Ignored peers and when their period ends, for the transport's thread."""
         self._started = False
         self._publish_logged: dict[str, float] = {}
 
@@ -219,8 +238,59 @@ class Gossip:
         return frozenset(self._topics)
 
     async def start(self) -> None:
+        install = getattr(self.transport, "set_forward_gate", None)
+        if install is not None:
+            install(self.forward_gate(asyncio.get_running_loop()))
         await self.transport.start()
         self._started = True
+
+    # validation before forwarding (runs in the transport's thread) ----------------------
+
+    def forward_gate(self, loop: asyncio.AbstractEventLoop) -> ForwardGate:
+        """The checks a relaying transport runs before forwarding (module docstring);
+        refusals come back to `loop`'s thread to be counted and scored."""
+
+        def refused(forwarder: str, reason: str) -> None:
+            loop.call_soon_threadsafe(self._forward_refused, forwarder, reason)
+
+        return ForwardGate(self.check_before_forwarding, refused, self._forwarder_ignored)
+
+    def check_before_forwarding(self, topic: str, data: bytes, origin: str) -> str | None:
+        """None if a peer's message may be forwarded, else the reason to refuse it. Reads
+        only state that never changes after construction (it runs in another thread)."""
+        try:
+            envelope = decode_envelope(data, self._wire_limits, self.swarm_id)
+        except WireError as refused:
+            return refused.reason
+        if envelope.sender != origin:
+            return "sender_mismatch"
+        if envelope.kind != Chunk.KIND and len(data) > self.config.max_envelope_bytes:
+            return "oversize"
+        kind = self._kind_of_topic(topic)
+        if kind is not None and envelope.kind not in (kind, Chunk.KIND):
+            return "wrong_topic"
+        return None
+
+    def _kind_of_topic(self, topic: str) -> str | None:
+        if topic == peers_topic(self.swarm_id):
+            return Hello.KIND
+        if topic == rollouts_topic(self.swarm_id):
+            return RolloutBatch.KIND
+        if topic.startswith(deltas_topic(self.swarm_id, "")):
+            return DeltaPacket.KIND
+        return None
+
+    def _forward_refused(self, forwarder: str, reason: str) -> None:
+        self.counters.drop(reason)
+        if reason != "ignored_peer":
+            self.counters.blame(forwarder, reason)
+            self._score_refusal(forwarder, reason)
+        else:
+            self.scores.note_ignored_message(forwarder)
+
+    def _forwarder_ignored(self, peer: str) -> bool:
+        until = self._ignored_until.get(peer)
+        return until is not None and self.clock.now() < until
 
     async def stop(self) -> None:
         self._started = False
@@ -467,6 +537,12 @@ class Gossip:
 
     def _score_refusal(self, peer_id: str, reason: str) -> None:
         if self.scores.penalize(peer_id, reason):
+            until = self.scores.ignored_until(peer_id)
+            if until is not None:
+                live = {p: t for p, t in self._ignored_until.items() if t > self.clock.now()}
+                live[peer_id] = until
+                # Replaced, never mutated: the transport's thread reads it meanwhile.
+                self._ignored_until = dict(list(live.items())[-_MAX_IGNORED_FORWARDERS:])
             dropped = self._reassembly.discard_sender(peer_id)
             logger.warning(
                 "gossip: ignoring peer %s for a while (last reason %s; %d partial chunk "

@@ -32,7 +32,9 @@ Invariants:
   `stats()["refused_incoming_by_reason"]` (see `gossip.libp2p_patches`): `oversize_rpc`
   (an RPC over `max_inbound_rpc_size`: read and discarded, the stream and the peer's
   later messages survive), `unsigned` and `bad_signature` (GossipSub messages failing
-  strict signing), `equivocation`.
+  strict signing), `equivocation`, `not_forwarded` (refused by the gossip layer's
+  checks before forwarding: `set_forward_gate`) and `ignored_forwarder` (handed over by
+  a peer the layer ignores).
 - Memory stays bounded: equivocation detection keeps a fixed number of 16-byte
   digests (the library keeps whole messages), and the adaptive-gossip bookkeeping
   lists are pruned every heartbeat.
@@ -127,7 +129,7 @@ from gossip.nat import NatTraversal, peer_links
 from gossip.peer_exchange import PeerExchange, connection_limits
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
-from swarm.transport import TransportMessage
+from swarm.transport import ForwardGate, TransportMessage
 
 __all__ = ["RPC_OVERHEAD_BYTES", "Libp2pTransport"]
 
@@ -189,6 +191,7 @@ class Libp2pTransport:
         self._stopped = False
         self._failure: BaseException | None = None
         self.refusals = Refusals()
+        self._forward_gate: ForwardGate | None = None
         self.published = 0
         bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
         self._redialer = Redialer(bootstrap, mdns=config.mdns)
@@ -256,6 +259,13 @@ class Libp2pTransport:
         await asyncio.to_thread(self._thread.join, 15.0)
         if self._thread.is_alive():
             log.warning("libp2p thread did not stop within 15 s; leaving it (daemon)")
+
+    def set_forward_gate(self, gate: ForwardGate) -> None:
+        """Forward (and deliver) only what `gate` passes (`swarm.transport.ForwardGate`);
+        before `start`."""
+        if self._thread is not None:
+            raise RuntimeError("set the forward gate before start")
+        self._forward_gate = gate
 
     async def subscribe(self, topic: str) -> None:
         await self._call(self._trio_subscribe, topic)
@@ -464,6 +474,7 @@ class Libp2pTransport:
             refusals=self.refusals,
         )
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
+        pubsub.forward_gate = self._forward_gate
         self._exchange.router = gossipsub  # for its mesh sizes in stats()
         # Order matters: services first, then host.run (see the module docstring).
         async with background_trio_service(pubsub), background_trio_service(gossipsub):

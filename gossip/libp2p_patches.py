@@ -20,6 +20,14 @@ What the library does and what replaces it:
 - Signature refusals: `Pubsub.push_msg` drops an unsigned or badly signed message at
   DEBUG level; `SwarmPubsub.push_msg` counts it (`unsigned`, `bad_signature`) without
   verifying any signature a second time on the accepted path.
+- Validation before forwarding: the library forwards every message that is new and
+  validly signed. With a `ForwardGate` set (`SwarmPubsub.forward_gate`, the gossip
+  layer's envelope checks), a message new to us whose GossipSub signature holds is first
+  shown to the gate; one it refuses is marked seen (other copies are refused without a
+  second check), neither forwarded nor delivered, counted (`not_forwarded`) and reported
+  to the gate with the forwarder. Messages forwarded by a peer the gate says is ignored
+  are refused before any check (`ignored_forwarder`). The GossipSub signature of a
+  message the gate passes is then verified a second time by the library.
 - Equivocation (same origin and seqno, different content): counted (`equivocation`).
 - Seqnos: the library numbers a host's messages on from the wall clock in *seconds*, one
   per message, and peers drop as already seen, silently, any (origin, seqno) seen in the
@@ -56,6 +64,8 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.validators import signature_validator
 from libp2p.utils.varint import decode_uvarint
 
+from swarm.transport import ForwardGate
+
 log = logging.getLogger("gossip.libp2p")
 
 _MAX_QUEUED_RPCS = 4096
@@ -71,7 +81,14 @@ _DISCARD_CHUNK_BYTES = 64 * 1024
 _LOG_REPEAT_S = 600.0
 _LOG_KEYS = 4096
 
-INCOMING_REASONS = ("oversize_rpc", "unsigned", "bad_signature", "equivocation")
+INCOMING_REASONS = (
+    "oversize_rpc",
+    "unsigned",
+    "bad_signature",
+    "equivocation",
+    "not_forwarded",
+    "ignored_forwarder",
+)
 """Reasons for refusing what a peer sent (`Refusals.counts`)."""
 OUTGOING_REASONS = ("skipped_slow_peer",)
 """Reasons for not sending our own message to a peer."""
@@ -293,6 +310,8 @@ class SwarmPubsub(Pubsub):
         )
         self._sink = sink
         self.refusals = refusals
+        self.forward_gate: ForwardGate | None = None
+        """Checks a peer's message must pass before it is forwarded or delivered."""
         self.peer_queues = PeerQueues(max_rpc_bytes, max_queued_bytes)
         if not isinstance(getattr(self, "counter", None), int):
             raise RuntimeError("py-libp2p's Pubsub.counter changed; see gossip/libp2p_patches.py")
@@ -324,6 +343,10 @@ class SwarmPubsub(Pubsub):
             await super().push_msg(msg_forwarder, msg)
             return
         seen_before = self._is_msg_seen(msg)
+        if not seen_before and self.forward_gate is not None and self._refused_by_gate(
+            msg_forwarder, msg
+        ):
+            return
         await super().push_msg(msg_forwarder, msg)
         if seen_before or self._is_msg_seen(msg):
             return
@@ -340,6 +363,40 @@ class SwarmPubsub(Pubsub):
         self.refusals.add(
             reason, msg_forwarder.to_base58(), f"GossipSub message from {ID(msg.from_id)} dropped"
         )
+
+    def _refused_by_gate(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """True if the forward gate refused `msg` (counted, reported, marked seen).
+        Unsigned and badly signed messages are left to the library (and counted after)."""
+        gate = self.forward_gate
+        assert gate is not None
+        forwarder = msg_forwarder.to_base58()
+        try:
+            origin = ID(msg.from_id).to_base58()
+        except Exception:  # noqa: BLE001 - a hostile id: the library refuses it
+            return False
+        if gate.ignored(forwarder) or gate.ignored(origin):
+            self.refusals.add("ignored_forwarder", forwarder, "forwarded while ignored")
+            gate.refused(forwarder, "ignored_peer")
+            return True
+        if not msg.signature:
+            return False
+        try:
+            signed = signature_validator(msg)
+        except Exception:  # noqa: BLE001 - a hostile key or id the validator chokes on
+            signed = False
+        if not signed:
+            return False
+        topic = msg.topicIDs[0] if len(msg.topicIDs) == 1 else ""
+        reason = gate.check(topic, msg.data, origin) if topic else "wrong_topic"
+        if reason is None:
+            return False
+        # Marking it seen is safe: its origin signed this (origin, seqno) itself.
+        self._mark_msg_seen(msg)
+        self.refusals.add(
+            "not_forwarded", forwarder, f"message from {origin} refused before forwarding: {reason}"
+        )
+        gate.refused(forwarder, reason)
+        return True
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         if publish_message.from_id == self.my_id.to_bytes():

@@ -126,6 +126,10 @@ class PeerScores:
         self._refresh(entry, now)
         return entry.ignored_until is not None
 
+    def ignored_until(self, peer: str) -> float | None:
+        """When `peer`'s ignore period ends (clock time), None if it is not ignored."""
+        return self._peers[peer].ignored_until if self.is_ignored(peer) else None
+
     def in_good_standing(self, peer: str) -> bool:
         """Not ignored and not in debt: what the node asks before trusting a claim."""
         return not self.is_ignored(peer) and self.score(peer) >= 0.0

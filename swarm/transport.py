@@ -6,10 +6,14 @@ Invariants:
   signed `from`), or None where the transport authenticates nobody (MQTT, memory).
 - Topic names are `swarm/<swarm_id>/<kind>`, with kinds `peers`, `rollouts`,
   `deltas/<family>`.
+- A transport that relays peers' messages to other peers (GossipSub) may take a
+  `ForwardGate` (`set_forward_gate`): it then forwards and delivers only what the gate
+  passes, and reports what it refused with the peer that handed it over.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +23,22 @@ class TransportMessage:
     topic: str
     data: bytes
     via: str | None = None
+
+
+@dataclass(frozen=True)
+class ForwardGate:
+    """What a relaying transport asks before it forwards a peer's message.
+
+    `check(topic, data, origin)` returns None to forward (and deliver) the message, or
+    the reason to refuse it; it runs in the transport's own thread, so it may read only
+    state that never changes. `refused(forwarder, reason)` is called, also in that
+    thread, for each refusal: `forwarder` is the connected peer that handed the message
+    over (which may not be its origin); `ignored(peer)` says whether the messages a
+    connected peer forwards are refused unread for now (`ignored_peer`)."""
+
+    check: Callable[[str, bytes, str], str | None]
+    refused: Callable[[str, str], None]
+    ignored: Callable[[str], bool]
 
 
 class Transport(Protocol):

@@ -19,10 +19,12 @@ lines on stdout:
     {"event": "arrived", "first": i, "last": j, "t": t}  after `expect` (below)
     {"event": "peers", "connected": [...]} / {"event": "stats", ...} / {"event": "done"}
 
-Commands on stdin, one per line: `send COUNT SIZE [START]`, `expect FIRST LAST`,
-`peers`, `stats`, `quit`. EOF on stdin ends the process (so an orphan never outlives its
-test). `expect FIRST LAST` emits one `arrived` event, with the wall time of the last
-arrival, once every index in [FIRST, LAST) was received (at once if they already were).
+Commands on stdin, one per line: `send COUNT SIZE [START]`, `forge COUNT SIZE` (raw
+mode: COUNT envelopes whose signature is random bytes, as fast as the transport takes
+them; answers `forged`), `expect FIRST LAST`, `peers`, `stats`, `quit`. EOF on stdin
+ends the process (so an orphan never outlives its test). `expect FIRST LAST` emits one
+`arrived` event, with the wall time of the last arrival, once every index in
+[FIRST, LAST) was received (at once if they already were).
 
 `--light` (benchmarks): one random payload per burst, and no per-message `sent`/`recv`
 lines (a JSON line per message, parsed by the driver, costs about what a bare MQTT
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -231,6 +234,23 @@ class Peer:
                     emit("sent", index=i, sha256=hashlib.sha256(tensors).hexdigest(), size=size)
             emit("burst", count=count, size=size, seconds=time.perf_counter() - t0)
 
+    async def forge(self, count: int, size: int) -> None:
+        """Publish `count` envelopes of ours with a random signature (raw mode)."""
+        t0 = time.perf_counter()
+        for i in range(count):
+            packet = DeltaPacket(FAMILY, 10**9 + i, "raw", os.urandom(size))
+            envelope = seal(
+                self.identity,
+                kind=DeltaPacket.KIND,
+                swarm_id=self.args.swarm_id,
+                seq=time.time_ns() // 1000 + i,
+                policy_version=self.round,
+                payload=encode_payload(packet),
+            )
+            forged = dataclasses.replace(envelope, signature=os.urandom(64))
+            await self.transport.publish(self.topic, forged.encode())
+        emit("forged", count=count, seconds=time.perf_counter() - t0)
+
     async def _receive_loop(self) -> None:
         limit = self.transport.max_message_bytes + 4096
         while True:
@@ -298,6 +318,8 @@ class Peer:
                 count, size = int(words[1]), int(words[2])
                 start = int(words[3]) if len(words) > 3 else 0
                 await self.send(count, size, start)
+            elif words[0] == "forge":
+                await self.forge(int(words[1]), int(words[2]))
             elif words[0] == "expect":
                 self.expect(int(words[1]), int(words[2]))
             elif words[0] == "peers":

@@ -136,8 +136,19 @@ def init(
         "transport": 'Choose type = "libp2p" (default, peer to peer), "mqtt" (through a broker:\n'
         'host, port) or "memory" (tests). Each type has its own keys.'
     }
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_config(config, notes))
     console.print(f"wrote {path}; check it with `swarm config check {path}`")
+
+
+def _node_dir(path: Path) -> Path:
+    """A node's data dir given either that dir or the node's config file (its
+    `node.data_dir`); a clear error for any other file."""
+    if path.is_file():
+        if path.suffix != ".toml":
+            raise ConfigError(f"{path}: a file; give a node's data_dir or its config file")
+        return Path(load_config(path).node.data_dir)
+    return path
 
 
 @config_app.command("check")
@@ -352,13 +363,15 @@ def train(
 @app.command()
 @user_errors
 def status(
-    data_dir: Annotated[Path, typer.Argument(help="A node's data dir (holds metrics.jsonl).")],
+    data_dir: Annotated[
+        Path, typer.Argument(help="A node's data dir (holds metrics.jsonl), or its config file.")
+    ],
     last: Annotated[int, typer.Option(help="Average over the last N rounds.")] = 10,
 ) -> None:
     """Summarize a running or finished node from its metrics."""
     from node.progress import status_table
 
-    console.print(status_table(data_dir, last))
+    console.print(status_table(_node_dir(data_dir), last))
 
 
 @app.command()
@@ -402,12 +415,15 @@ def export(
 @app.command()
 @user_errors
 def samples(
-    data_dir: Annotated[Path, typer.Argument(help="A node's data dir (holds samples.jsonl).")],
+    data_dir: Annotated[
+        Path, typer.Argument(help="A node's data dir (holds samples.jsonl), or its config file.")
+    ],
     last: Annotated[int, typer.Option(help="Show the last N groups.")] = 3,
 ) -> None:
     """Show recent completions with their rewards (from `<data_dir>/samples.jsonl`)."""
     from node.samples import read_samples
 
+    data_dir = _node_dir(data_dir)
     records = read_samples(data_dir / "samples.jsonl", last)
     if not records:
         raise ConfigError(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from node import checkpoints
+from swarm.errors import ConfigError
 
 if TYPE_CHECKING:
     from node.runner import Node
@@ -73,7 +74,15 @@ def resume(node: Node) -> Path | None:
         )
         if "own_seq_reserved" in state:
             node.gossip.continue_after(int(state["own_seq_reserved"]))
-        node.tasks.load_state_dict(state["tasks"])
+        try:
+            node.tasks.load_state_dict(state["tasks"])
+        except ValueError as exc:  # another node's (or another seed's) training
+            raise ConfigError(
+                f"{node.data_dir} holds checkpoints of another task stream ({exc}; newest "
+                f"{directory.name}): give this node its own node.data_dir (another node "
+                "config using the same folder?), or set tasks.seed back to continue that "
+                "training"
+            ) from None
         node.pool.load_state_dict(state["pool"])
         log.info("resumed from %s (round %d)", directory, node.rounds_done)
         return directory

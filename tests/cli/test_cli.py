@@ -164,3 +164,38 @@ def test_a_bad_flag_is_named_as_the_flag_not_the_file(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"{config} with --bootstrap: transport.libp2p.bootstrap" in result.output
     assert "'12D3KooWcutshort' is not a peer id" in result.output
+
+
+def test_status_and_samples_take_a_config_file_and_init_makes_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: `swarm status alice.toml`, `swarm samples alice.toml` (NotADirectoryError)
+    and `swarm init nodir/x.toml` (FileNotFoundError) ended in tracebacks."""
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["init", "nodir/alice.toml"]).exit_code == 0
+    data_dir = tmp_path / "runs" / "alice"
+    data_dir.mkdir(parents=True)
+    record = {
+        "round": 1,
+        "peers": 0,
+        "policy_version": 1,
+        "mean_local_reward": 0.25,
+        "external_groups": 0,
+        "external_by_sender": {},
+        "first_external_round": None,
+        "drops": {},
+        "bytes_in": 0,
+        "bytes_out": 0,
+        "seconds": {"sample": 0.5, "score": 0.0, "train": 0.5, "total": 1.0},
+    }
+    (data_dir / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    status = runner.invoke(app, ["status", "nodir/alice.toml"])
+    assert status.exit_code == 0 and "0.250" in status.output, status.output
+    samples = runner.invoke(app, ["samples", "nodir/alice.toml"])
+    assert samples.exit_code == 2 and "runs/alice: no samples.jsonl" in samples.output
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    for command in ("status", "samples"):
+        result = runner.invoke(app, [command, str(other)])
+        assert result.exit_code == 2 and "give a node's data_dir" in result.output
+        assert "Traceback" not in result.output

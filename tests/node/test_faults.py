@@ -317,6 +317,21 @@ def test_a_data_dir_of_another_model_is_refused_and_its_checkpoints_kept(
     assert again.resume() == checkpoints.checkpoint_dir(first.data_dir, 10)
 
 
+def test_a_data_dir_of_another_task_stream_is_a_clear_error(tmp_path: Path) -> None:
+    """Issue 34: running examples/node-mqtt.toml after the README's tutorial reused
+    runs/bob and died with a 102-line traceback (`ValueError: task stream state is for
+    stream seed ...`)."""
+    config = stub_config(tmp_path, "s", external_groups=0)
+    first = stub_node(config, MemoryNetwork("stream-1"))
+    asyncio.run(first.run(5))
+    reseeded = config.model_copy(
+        update={"tasks": config.tasks.model_copy(update={"seed": config.tasks.seed + 1})}
+    )
+    other = stub_node(reseeded, MemoryNetwork("stream-2"))
+    with pytest.raises(ConfigError, match=r"another task stream .*own node\.data_dir"):
+        other.resume()
+
+
 # ---- the metrics writer on a failing disk --------------------------------------------
 
 

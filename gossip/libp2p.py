@@ -195,7 +195,11 @@ class Libp2pTransport:
         self.published = 0
         bootstrap = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in config.bootstrap]
         self._redialer = Redialer(bootstrap, mdns=config.mdns)
-        self._nat = NatTraversal(relay=config.relay) if config.nat_traversal else None
+        self._nat = (
+            NatTraversal(relay=config.relay, member=self._is_swarm_peer)
+            if config.nat_traversal
+            else None
+        )
         self._exchange = PeerExchange(
             config,
             self._redialer,
@@ -259,6 +263,14 @@ class Libp2pTransport:
         await asyncio.to_thread(self._thread.join, 15.0)
         if self._thread.is_alive():
             log.warning("libp2p thread did not stop within 15 s; leaving it (daemon)")
+
+    def _is_swarm_peer(self, peer: ID) -> bool:
+        """Subscribed to one of our topics (trio thread): who may use our relay."""
+        pubsub = self._pubsub
+        if pubsub is None:
+            return False
+        ours = set(pubsub.subscribed_topics_receive)
+        return any(peer in pubsub.peer_topics.get(topic, ()) for topic in ours)
 
     def set_forward_gate(self, gate: ForwardGate) -> None:
         """Forward (and deliver) only what `gate` passes (`swarm.transport.ForwardGate`);

@@ -12,7 +12,11 @@ What a node does:
   us reserve relay slots we did not need, or skip them, and gossip still flows through
   GossipSub hops either way).
 - A node with `relay = true` (a publicly reachable node that opts in) serves circuit
-  relay v2 hops within `RELAY_LIMITS`. Every node accepts relayed connections (STOP).
+  relay v2 hops within `RELAY_LIMITS`, to members of its swarm only: a peer may reserve
+  a slot, and open a circuit, only while it is subscribed to one of the GossipSub
+  topics this node is subscribed to (`member`); strangers are refused
+  (`relay_refused_stranger`; issue 31: anyone could reserve and push 64 MiB through).
+  Every node accepts relayed connections (STOP).
 - A `private` node reserves a slot on every connected relay (refreshed by the library
   before it expires), so peers can reach it at `/p2p/<relay>/p2p-circuit/p2p/<us>`.
 - For each peer whose messages reach us (origin of a GossipSub message) but that we
@@ -44,6 +48,7 @@ one circuit dial at a time.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import multiaddr
@@ -62,7 +67,8 @@ from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL_ID
 from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
-from libp2p.relay.circuit_v2.resources import RelayLimits
+from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
+from libp2p.relay.circuit_v2.resources import RelayLimits, RelayResourceManager
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
@@ -82,8 +88,9 @@ MAX_CIRCUIT_PEERS = 16
 """Circuit dials stop while this many peers are connected (GossipSub needs a mesh, not
 a connection to everyone)."""
 MAX_ORIGINS = 1024
-RELAY_LIMITS = RelayLimits(duration=3600, data=1 << 30, max_circuit_conns=64, max_reservations=64)
-"""What a relay grants: circuits of at most 1 h and 1 GiB, 64 circuits, 64 slots."""
+RELAY_LIMITS = RelayLimits(duration=3600, data=1 << 30, max_circuit_conns=8, max_reservations=64)
+"""What a relay grants: 64 slots; per slot, 8 circuits at once, 1 GiB in all and circuits
+of at most 1 h."""
 
 UNKNOWN, PUBLIC, PRIVATE = "unknown", "public", "private"
 
@@ -194,11 +201,52 @@ class _InboundDCUtR(DCUtRProtocol):
                         log.debug("hole punch to %s failed: %r", peer_id, exc)
 
 
+Member = Callable[[ID], bool]
+"""Whether a connected peer belongs to this node's swarm (see the module docstring)."""
+
+
+class _SwarmRelayResources(RelayResourceManager):
+    """The library's reservation book, granting new slots only to members."""
+
+    def __init__(self, limits: RelayLimits, host: IHost, member: Member, counts: dict) -> None:
+        super().__init__(limits, host)
+        self._member, self._counts = member, counts
+
+    def can_accept_reservation(self, peer_id: ID) -> bool:
+        if not self._member(peer_id):
+            self._counts["relay_refused_stranger"] += 1
+            log.debug("relay: reservation refused to %s (not a peer of this swarm)", peer_id)
+            return False
+        return super().can_accept_reservation(peer_id)
+
+
+class _SwarmCircuitRelay(CircuitV2Protocol):
+    """Circuit relay v2 whose circuits only members may open (the destination holds a
+    slot, so it is a member already)."""
+
+    def __init__(self, host: IHost, *, allow_hop: bool, member: Member, counts: dict) -> None:
+        super().__init__(host, limits=RELAY_LIMITS, allow_hop=allow_hop)
+        if not hasattr(self, "resource_manager") or not hasattr(self, "_send_status"):
+            raise RuntimeError("py-libp2p's CircuitV2Protocol changed; see gossip/nat.py")
+        self.resource_manager = _SwarmRelayResources(RELAY_LIMITS, host, member, counts)
+        self._member, self._counts = member, counts
+
+    async def _handle_connect(self, stream: INetStream, msg: Any) -> None:
+        source = stream.muxed_conn.peer_id
+        if not self._member(source):
+            self._counts["relay_refused_stranger"] += 1
+            await self._send_status(stream, StatusCode.PERMISSION_DENIED, "not a swarm peer")
+            await stream.reset()
+            return
+        await super()._handle_connect(stream, msg)
+
+
 class NatTraversal:
     """AutoNAT, relay reservations, circuit dials and DCUtR for one host (trio side)."""
 
-    def __init__(self, *, relay: bool) -> None:
+    def __init__(self, *, relay: bool, member: Member) -> None:
         self.relay = relay
+        self._member = member
         self.reachability = UNKNOWN
         self._verdicts: dict[ID, bool] = {}
         self._reserved: dict[ID, float] = {}
@@ -213,6 +261,7 @@ class NatTraversal:
             "circuit_dials": 0,
             "circuit_dials_failed": 0,
             "direct_upgrades": 0,
+            "relay_refused_stranger": 0,
         }
 
     def note_origin(self, peer: str) -> None:
@@ -229,7 +278,9 @@ class NatTraversal:
         }
 
     async def run(self, host: IHost) -> None:
-        protocol = CircuitV2Protocol(host, limits=RELAY_LIMITS, allow_hop=self.relay)
+        protocol = _SwarmCircuitRelay(
+            host, allow_hop=self.relay, member=self._member, counts=self.counts
+        )
         autonat = _DialBackAutoNAT(host)  # type: ignore[arg-type]
         dcutr = _InboundDCUtR(host)
         config = RelayConfig(roles=RelayRole.STOP, limits=RELAY_LIMITS)

@@ -39,6 +39,10 @@ What the library does and what replaces it:
 - Re-dials (the swarm's `AutoConnector`, an ERROR line per failed attempt):
   `gossip.libp2p_dialer`.
 - Sender records (the signed peer record on every pubsub RPC): `gossip.libp2p_records`.
+- Mesh pruning: above `degree_high` the library prunes random mesh peers (60 s backoff
+  for each), so identities joining a topic could push an honest peer out for a minute
+  or two (issue 31: 59-118 s). `SwarmGossipSub` prunes the peers that delivered the
+  fewest new, valid messages lately (`DecayingCounts`, ties: the newest in the mesh).
 Every refusal is counted in one `Refusals` (read by `Libp2pTransport.stats()`), and
 logged once per (reason, peer) per `_LOG_REPEAT_S`, never once per message.
 """
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import itertools
 import logging
 import time
 from collections import OrderedDict, deque
@@ -453,6 +458,32 @@ class BoundedMessageCache(MessageCache):
                     return
 
 
+DELIVERY_HALF_LIFE_S = 120.0
+_MESH_TENURE_KEYS = 4096
+
+
+class DecayingCounts:
+    """Counts per key that halve every `half_life_s`, for at most `max_keys` keys (the
+    least recently counted key leaves first). Pure bookkeeping; time is passed in."""
+
+    def __init__(self, half_life_s: float, max_keys: int) -> None:
+        self.half_life_s, self.max_keys = half_life_s, max_keys
+        self._counts: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def value(self, key: str, now: float) -> float:
+        count, at = self._counts.get(key, (0.0, now))
+        return count * 0.5 ** (max(0.0, now - at) / self.half_life_s)
+
+    def note(self, key: str, now: float, amount: float = 1.0) -> None:
+        self._counts[key] = (self.value(key, now) + amount, now)
+        self._counts.move_to_end(key)
+        while len(self._counts) > self.max_keys:
+            self._counts.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        self._counts.pop(key, None)
+
+
 class SwarmGossipSub(GossipSub):
     """GossipSub with bounded equivocation memory and message cache, and no rate limit
     on own publishes."""
@@ -472,11 +503,52 @@ class SwarmGossipSub(GossipSub):
             self.mcache.window_size, self.mcache.history_size, mcache_max_bytes
         )
         self._digests: OrderedDict[bytes, bytes] = OrderedDict()
+        self._deliveries = DecayingCounts(DELIVERY_HALF_LIFE_S, _LOG_KEYS)
+        """Per forwarder: new, valid messages it handed us first (decaying)."""
+        self._mesh_since: dict[tuple[ID, str], int] = {}
+        """When each (peer, topic) first joined our mesh, as a count of mesh joins."""
+        self._mesh_order = itertools.count()
 
     @property
     def mcache_bytes(self) -> int:
         cache = self.mcache
         return cache.bytes if isinstance(cache, BoundedMessageCache) else 0
+
+    # ---- which mesh peers to keep ---------------------------------------------------
+
+    async def publish(self, msg_forwarder: ID, pubsub_msg: rpc_pb2.Message) -> None:
+        """The library's publish (forward), after noting a first delivery by a peer."""
+        if self.pubsub is not None and msg_forwarder != self.pubsub.my_id:
+            self._deliveries.note(msg_forwarder.to_base58(), time.monotonic())
+        await super().publish(msg_forwarder, pubsub_msg)
+
+    def _select_peers_for_pruning(self, topic: str, num_to_prune: int) -> list[ID]:
+        """Prune the mesh peers that delivered the fewest new, valid messages lately
+        (ties: the newest in the mesh), never at random: the library's random choice let
+        identities joining a topic push an honest peer out of the mesh, for a prune
+        backoff of 60 s (issue 31)."""
+        mesh = list(self.mesh.get(topic, ()))
+        if num_to_prune <= 0 or not mesh:
+            return []
+        now, newest = time.monotonic(), next(self._mesh_order)
+
+        def keep_first(peer: ID) -> tuple[float, int]:
+            since = self._mesh_since.get((peer, topic), newest)
+            return (-self._deliveries.value(peer.to_base58(), now), since)
+
+        return sorted(mesh, key=keep_first)[len(mesh) - num_to_prune :]
+
+    def _notify_mesh_peer_added(self, peer_id: ID, topic: str) -> None:
+        self._mesh_since.setdefault((peer_id, topic), next(self._mesh_order))
+        while len(self._mesh_since) > _MESH_TENURE_KEYS:
+            self._mesh_since.pop(next(iter(self._mesh_since)))
+        super()._notify_mesh_peer_added(peer_id, topic)
+
+    def remove_peer(self, peer_id: ID) -> None:
+        for key in [k for k in self._mesh_since if k[0] == peer_id]:
+            del self._mesh_since[key]
+        self._deliveries.forget(peer_id.to_base58())
+        super().remove_peer(peer_id)
 
     def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
         if self.pubsub is not None and peer_id == self.pubsub.my_id:

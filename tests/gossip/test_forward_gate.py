@@ -8,6 +8,7 @@ junk delayed A's real messages."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tests.gossip.test_libp2p import LOCAL, libp2p_peer, wait_mesh, wait_received
@@ -33,11 +34,17 @@ def test_envelopes_failing_checks_are_not_forwarded_and_their_forwarder_is_blame
     a.command("send 1 500 20")  # after the burst: A's messages still get through
     assert len(wait_received(b, a, 21)) == 21
 
-    a_stats = a.request("stats", "stats")
-    refused = a_stats["transport"]["refused_incoming_by_reason"]
-    # Counted at A under a reason (some may still be on their way), and X blamed for it.
+    # Every one counted at A under a reason (measured: all 1,000 within ~2 s of the
+    # burst), and X blamed for them.
+    deadline = time.monotonic() + 30.0
+    while True:
+        a_stats = a.request("stats", "stats")
+        refused = a_stats["transport"]["refused_incoming_by_reason"]
+        if refused["not_forwarded"] + refused["ignored_forwarder"] == FORGED:
+            break
+        assert time.monotonic() < deadline, f"not all {FORGED} counted at A: {refused}"
+        time.sleep(0.5)
     assert refused["not_forwarded"] >= 1 and refused["ignored_forwarder"] >= 1, refused
-    assert refused["not_forwarded"] + refused["ignored_forwarder"] <= FORGED
     x_score = a_stats["gossip"]["scores"]["peers"][x.peer_id]
     assert x_score["reasons"].get("bad_signature", 0) >= 1 and x_score["ignored_for_s"], x_score
     assert a_stats["gossip"]["dropped"]["bad_signature"] >= 1

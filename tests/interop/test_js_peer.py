@@ -65,7 +65,7 @@ def test_js_wire_code_matches_the_vectors(js_peer_ready: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["ok"] and len(report["results"]) == 4, report
+    assert report["ok"] and len(report["results"]) == 5, report
 
 
 class _Lines:

@@ -14,6 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from gossip.chunking import split
 from swarm.codec import Limits
 from swarm.envelope import Envelope, decode_envelope, seal
 from swarm.errors import WireError
@@ -35,42 +36,50 @@ SEED = bytes(range(32))
 LIMITS = Limits(max_message_bytes=1 << 20)
 
 
-def _payloads() -> list[tuple[str, int, int, object]]:
-    """(kind, seq, policy_version, message) of each vector."""
+def _payloads() -> list[tuple[str, str, int, int, object]]:
+    """(vector name, kind, seq, policy_version, message) of each vector. The two chunk
+    vectors are the `delta` vector's envelope split in two, as the gossip layer splits
+    an envelope too large for the transport."""
     group = RolloutGroup(
         TaskRef("add", 7, 3), "2+5=", ("<answer>7</answer>", "8"), (1.5, 0.0), "builtin:tiny", 4,
         (True, False), "f433a6096222", ((-0.25, -1.5, -0.125), (-2.0,)),
     )  # fmt: skip
-    data = b"part of a large envelope"
-    chunk = Chunk(hashlib.sha256(b"whole").digest(), 0, 2, 48, data)
     hello = Hello(
         "builtin:tiny", "f433a6096222", 4, ("rollouts",), (("rounds", 9.0), ("reward", 0.25))
     )
     delta = DeltaPacket("f433a6096222", 4, "raw", b"\x00\x01", {})
     seq = 1_764_633_600_000_000  # microseconds since the epoch, as senders start
+    inner = _seal("delta", seq + 2, 5, delta)
+    data = inner.encode()
+    chunks = split(data, -(-len(data) // 2), hashlib.sha256(inner.signed_bytes()).digest())
     return [
-        ("hello", seq, 4, hello),
-        ("rollouts", seq + 1, 4, RolloutBatch((group,))),
-        ("delta", seq + 2, 5, delta),
-        ("chunk", seq + 3, 5, chunk),
+        ("hello", "hello", seq, 4, hello),
+        ("rollouts", "rollouts", seq + 1, 4, RolloutBatch((group,))),
+        ("delta", "delta", seq + 2, 5, delta),
+        ("chunk-0", "chunk", seq + 3, 5, chunks[0]),
+        ("chunk-1", "chunk", seq + 4, 5, chunks[1]),
     ]
+
+
+def _seal(kind: str, seq: int, version: int, message: object) -> Envelope:
+    return seal(Identity.from_seed(SEED), kind=kind, swarm_id=SWARM, seq=seq,
+                policy_version=version, payload=encode_payload(message))  # fmt: skip
 
 
 def render() -> str:
     identity = Identity.from_seed(SEED)
     blocks = []
-    for kind, seq, version, message in _payloads():
-        payload = encode_payload(message)
-        envelope = seal(identity, kind=kind, swarm_id=SWARM, seq=seq, policy_version=version,
-                        payload=payload)  # fmt: skip
+    for name, kind, seq, version, message in _payloads():
+        envelope = _seal(kind, seq, version, message)
         lines = [
-            f"vector: {kind}",
+            f"vector: {name}",
+            f"kind: {kind}",
             f"private_key_seed: {SEED.hex()}",
             f"peer_id: {identity.peer_id}",
             f"swarm_id: {SWARM}",
             f"seq: {seq}",
             f"policy_version: {version}",
-            f"payload: {payload.hex()}",
+            f"payload: {bytes(envelope.payload).hex()}",
             f"signing_input: {envelope.signed_bytes().hex()}",
             f"signature: {envelope.signature.hex()}",
             f"envelope: {envelope.encode().hex()}",
@@ -87,7 +96,7 @@ def _documented() -> list[dict[str, str]]:
 
 def test_the_documented_vectors_are_what_we_produce() -> None:
     documented = _documented()
-    assert [v["vector"] for v in documented] == ["hello", "rollouts", "delta", "chunk"]
+    assert [v["vector"] for v in documented] == ["hello", "rollouts", "delta", "chunk-0", "chunk-1"]
     assert (
         "\n\n".join(
             "```text\n" + "\n".join(f"{k}: {v}" for k, v in vector.items()) + "\n```"
@@ -97,12 +106,13 @@ def test_the_documented_vectors_are_what_we_produce() -> None:
     ), "docs/wire.md is stale: python -m tests.swarm.test_wire_vectors"
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_each_vector_decodes_and_any_msgpack_encoding_of_it_verifies(index: int) -> None:
     vector = _documented()[index]
     wire = bytes.fromhex(vector["envelope"])
     envelope = decode_envelope(wire, LIMITS, SWARM)
     assert envelope.sender == vector["peer_id"] and envelope.seq == int(vector["seq"])
+    assert envelope.kind == vector["kind"]
     assert envelope.signed_bytes().hex() == vector["signing_input"]
     decode_payload(envelope.kind, envelope.payload, LIMITS)
     # Another encoder's choices (every int as uint64, strings as str32): same signature.
@@ -126,6 +136,24 @@ def test_each_vector_decodes_and_any_msgpack_encoding_of_it_verifies(index: int)
     with pytest.raises(WireError) as refused:
         decode_envelope(tampered.encode(), LIMITS, SWARM)
     assert refused.value.reason == "bad_signature"
+
+
+def test_the_chunk_vectors_carry_the_delta_vector_whole() -> None:
+    """What an implementer reassembles: the chunks' data in index order is the inner
+    envelope's bytes, and `inner_digest` is sha256 of that envelope's signing input."""
+    vectors = {v["vector"]: v for v in _documented()}
+    chunks = []
+    for name in ("chunk-0", "chunk-1"):
+        envelope = decode_envelope(bytes.fromhex(vectors[name]["envelope"]), LIMITS, SWARM)
+        chunk = decode_payload("chunk", envelope.payload, LIMITS)
+        assert isinstance(chunk, Chunk)
+        chunks.append(chunk)
+    inner = bytes.fromhex(vectors["delta"]["envelope"])
+    assert [c.index for c in chunks] == [0, 1] and {c.count for c in chunks} == {2}
+    assert b"".join(bytes(c.data) for c in chunks) == inner
+    assert all(c.total_size == len(inner) for c in chunks)
+    digest = hashlib.sha256(bytes.fromhex(vectors["delta"]["signing_input"])).digest()
+    assert all(c.inner_digest == digest for c in chunks)
 
 
 if __name__ == "__main__":

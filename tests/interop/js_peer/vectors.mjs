@@ -32,7 +32,7 @@ export function checkVectors (markdown) {
     const identity = new Identity(hex(v.private_key_seed))
     const fields = {
       version: VERSION,
-      kind: v.vector,
+      kind: v.kind,
       swarmId: v.swarm_id,
       sender: identity.peerId,
       seq: BigInt(v.seq),

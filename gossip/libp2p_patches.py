@@ -379,9 +379,11 @@ class SwarmPubsub(Pubsub):
             origin = ID(msg.from_id).to_base58()
         except Exception:  # noqa: BLE001 - a hostile id: the library refuses it
             return False
-        if gate.ignored(forwarder) or gate.ignored(origin):
-            self.refusals.add("ignored_forwarder", forwarder, "forwarded while ignored")
-            gate.refused(forwarder, "ignored_peer")
+        ignored = next((p for p in (forwarder, origin) if gate.ignored(p)), None)
+        if ignored is not None:
+            what = "forwarded while ignored" if ignored == forwarder else f"from ignored {origin}"
+            self.refusals.add("ignored_forwarder", forwarder, what)
+            gate.refused(ignored, "ignored_peer")
             return True
         if not msg.signature:
             return False

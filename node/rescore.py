@@ -14,9 +14,10 @@ Invariants:
   GRPO signal; not the peer's fault).
 - The peer's claimed rewards are never used (the group trains on the rewards computed
   here), only judged: `Rescored.forged` holds where no valid `[rewards]` settings explain
-  them, i.e. where the mean gap between the claims and the rewards under every
-  correctness reward of `rewards.registry.CORRECTNESS`, both answer formats and every
-  format weight in [0, 1] exceeds `FORGED_REWARD_GAP` (`settings_gap`). A peer whose
+  them, i.e. where the mean gap between the claims and the rewards under our correctness
+  reward and every other one of `rewards.registry.CORRECTNESS` that is quick for the
+  task's source (`quick_correctness`), both answer formats and every format weight in
+  [0, 1] exceeds `FORGED_REWARD_GAP` (`settings_gap`). A peer whose
   claims differ from ours only because its settings differ is never blamed (issue 31:
   `format_weight = 1.0` or a `closeness` reward was refused as `forged_rewards`).
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from rewards.mixture import Variants, register_variants
 from rewards.registry import CORRECTNESS, correctness, format_reward, score_group
-from rewards.tasks import Task, UnusableSource, make_task
+from rewards.tasks import Task, UnusableSource, get_source, make_task
 from swarm.config import RewardsConfig
 from swarm.messages import RolloutGroup
 
@@ -79,7 +80,7 @@ def rescore_group(group: RolloutGroup, config: RewardsConfig, variants: Variants
         raise Refused("zero_variance")
     gap = mean_gap(group.rewards, rewards)
     if gap > FORGED_REWARD_GAP:  # other settings than ours, or a lie: see the docstring
-        gap = min(gap, _gap_under_any_settings(task, group, config))
+        gap = min(gap, _gap_under_any_settings(task, group, config, rewards))
     return Rescored(rewards, gap)
 
 
@@ -105,14 +106,38 @@ def settings_gap(
     )
 
 
-def _gap_under_any_settings(task: Task, group: RolloutGroup, config: RewardsConfig) -> float:
-    """`settings_gap` minimized over every correctness reward and answer format."""
+def quick_correctness(source: str, ours: str) -> list[str]:
+    """The other correctness rewards tried when explaining a peer's claims: those that run
+    inline for `source`. A slow one (e.g. reasoning-gym's own scorer) runs in a sandboxed
+    process per completion: trying it for every suspicious group would let a forger
+    multiply what re-scoring costs us. Ours is known already (`rescore_group`)."""
+    slow_source = get_source(source).slow_scoring
+    return [
+        name
+        for name, reward in CORRECTNESS.items()
+        if name != ours and not (slow_source if reward.slow is None else reward.slow)
+    ]
+
+
+def _gap_under_any_settings(
+    task: Task, group: RolloutGroup, config: RewardsConfig, rewards: tuple[float, ...]
+) -> float:
+    """`settings_gap` minimized over our correctness reward (recovered from `rewards`,
+    our scores: no second pass), the `quick_correctness` ones and both answer formats."""
     completions = list(group.completions)
     formats = [[format_reward(task, c, kind) for c in completions] for kind in ANSWER_FORMATS]
-    best = float("inf")
-    for name in CORRECTNESS:
+    ours = list(rewards)
+    if config.format_weight > 0:  # as `rewards.registry.score` adds it
+        ours = [
+            r - config.format_weight * format_reward(task, c, config.answer_format)
+            for r, c in zip(rewards, completions, strict=True)
+        ]
+    candidates = [ours]
+    for name in quick_correctness(task.ref.source, config.correctness):
         other = config.model_copy(update={"correctness": name})
-        correct = [correctness(task, c, other) for c in completions]
+        candidates.append([correctness(task, c, other) for c in completions])
+    best = float("inf")
+    for correct in candidates:
         for well_formed in formats:
             best = min(best, settings_gap(group.rewards, correct, well_formed))
             if best <= FORGED_REWARD_GAP:

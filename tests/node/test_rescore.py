@@ -10,7 +10,14 @@ import pytest
 
 from gossip.layer import Received
 from gossip.memory import MemoryNetwork
-from node.rescore import FORGED_REWARD_GAP, Refused, mean_gap, rescore_group, settings_gap
+from node.rescore import (
+    FORGED_REWARD_GAP,
+    Refused,
+    mean_gap,
+    quick_correctness,
+    rescore_group,
+    settings_gap,
+)
 from rewards.registry import score_group
 from rewards.tasks import make_task
 from swarm.config import RewardsConfig
@@ -117,3 +124,12 @@ def test_claims_no_settings_produce_are_forged() -> None:
     completions = ("no idea", "I cannot say", "hard to tell", task.answer)
     rescored = rescore_group(_group_claiming((1.0, 1.0, 1.0, 1.0), completions), RewardsConfig())
     assert rescored.forged and rescored.advisory_gap == pytest.approx(0.75)
+
+
+def test_explaining_claims_never_runs_a_slow_scorer_again() -> None:
+    """The suite caught it: a forger's every group made each receiver run reasoning-gym's
+    sandboxed scorer once more per completion. Ours comes from the rewards already
+    computed; other slow scorers are not tried."""
+    assert quick_correctness("rg:gcd", "source") == ["exact", "numeric", "closeness"]
+    assert quick_correctness("rg:gcd", "exact") == ["numeric", "closeness"]
+    assert quick_correctness("add", "exact") == ["numeric", "closeness", "source"]

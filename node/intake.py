@@ -14,7 +14,9 @@ Invariants:
 - Staleness is judged with numbers measured here: the arrival round and time stamped by
   `handle`, and `sender_versions` (each sender's newest envelope by seq).
 - Memory is bounded: the peers table, fault counts and sender versions keep at most
-  `MAX_PEERS_TRACKED` peers (least recently seen forgotten first).
+  `MAX_PEERS_TRACKED` peers (least recently seen forgotten first; in the peers table,
+  peers with verified groups only once no unverified one is among the oldest
+  `EVICTION_SCAN`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ log = logging.getLogger("swarm.node")
 
 Offload = Callable[..., Awaitable[Any]]
 MAX_PEERS_TRACKED = 4096
+EVICTION_SCAN = 256
 NOT_THE_PEERS_FAULT = frozenset(
     {
         "zero_variance",
@@ -193,7 +196,20 @@ class Intake:
             known.claimed = dict(hello.progress)
         self.peers.move_to_end(sender)
         if len(self.peers) > MAX_PEERS_TRACKED:  # bounded against floods of fresh keys
-            self.peers.popitem(last=False)  # the least recently seen
+            del self.peers[self._peer_to_forget()]
+
+    def _peer_to_forget(self) -> str:
+        """The least recently seen peer none of whose groups we verified, among the
+        `EVICTION_SCAN` least recently seen; else the least recently seen. So a flood of
+        hellos from fresh keys (8,538 in issue 31) cannot push out the peers that gave us
+        groups we trained on."""
+        oldest = None
+        for i, (peer, info) in enumerate(self.peers.items()):
+            oldest = oldest or peer
+            if info.verified_groups == 0 or i >= EVICTION_SCAN:
+                return peer if info.verified_groups == 0 else oldest
+        assert oldest is not None
+        return oldest
 
     async def admit(self, admission: Admission) -> None:
         """Re-score a batch's groups into the pool, or hold a delta for the next merge."""

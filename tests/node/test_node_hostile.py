@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+import node.intake
 from gossip.memory import MemoryNetwork, MemoryTransport
 from node.metrics import read_metrics
 from rewards.tasks import make_task
 from swarm.config import MemoryTransportConfig
 from swarm.envelope import seal
 from swarm.identity import Identity
-from swarm.messages import RolloutBatch, RolloutGroup, TaskRef, encode_payload
+from swarm.messages import Hello, RolloutBatch, RolloutGroup, TaskRef, encode_payload
 from swarm.transport import rollouts_topic
 from tests.node.helpers import stub_config, stub_node
 
@@ -136,3 +139,22 @@ def test_groups_whose_signal_is_all_in_unfinished_completions_never_take_a_slot(
     assert node.peer_faults[peer.peer_id] == 0
     used = sum(r["external_by_sender"].get(peer.peer_id, 0) for r in records)
     assert used == 1  # the group with ended completions on both sides of the mean
+
+
+def test_a_flood_of_fresh_keys_cannot_push_a_contributing_peer_out_of_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: 8,538 valid hellos from fresh keys filled the peer table to its cap,
+    forgetting the peers that gave us groups (least recently seen first)."""
+    monkeypatch.setattr(node.intake, "MAX_PEERS_TRACKED", 64)
+    running = stub_node(stub_config(tmp_path, "table"), MemoryNetwork("table"))
+    intake = running.intake
+    hello = Hello("m", "f", 1, ())
+    intake._note_hello("honest", hello)
+    intake.peers["honest"].verified_groups = 3
+    intake._note_hello("quiet", hello)  # an honest peer that never sent a group
+    for i in range(1000):
+        intake._note_hello(f"fresh-{i}", hello)
+    assert len(intake.peers) == 64
+    assert "honest" in intake.peers and "quiet" not in intake.peers
+    assert "fresh-999" in intake.peers

@@ -42,7 +42,9 @@ the topic's kind (chunks pass on any topic) are checked there, so a message fail
 them is neither forwarded to other peers nor delivered. Each such refusal is counted
 here under its reason and blamed on the connected peer that handed it over (the
 forwarder, which a flood signed with a fresh key per message cannot change); while that
-peer is ignored the transport refuses what it forwards unread (`ignored_peer`).
+peer is ignored the transport refuses what it forwards unread (`ignored_peer`). What
+the transport itself refuses from a connected peer (unsigned or badly signed GossipSub
+messages, oversize RPCs) is blamed on that peer here too (`ForwardGate.blame`).
 
 Invariants:
 - `receive` returns only messages that passed every step, and yields to the event loop
@@ -253,7 +255,10 @@ class Gossip:
         def refused(forwarder: str, reason: str) -> None:
             loop.call_soon_threadsafe(self._forward_refused, forwarder, reason)
 
-        return ForwardGate(self.check_before_forwarding, refused, self._forwarder_ignored)
+        def blame(peer: str, reason: str) -> None:
+            loop.call_soon_threadsafe(self._transport_refused, peer, reason)
+
+        return ForwardGate(self.check_before_forwarding, refused, self._forwarder_ignored, blame)
 
     def check_before_forwarding(self, topic: str, data: bytes, origin: str) -> str | None:
         """None if a peer's message may be forwarded, else the reason to refuse it. Reads
@@ -287,6 +292,11 @@ class Gossip:
             self._score_refusal(forwarder, reason)
         else:
             self.scores.note_ignored_message(forwarder)
+
+    def _transport_refused(self, peer: str, reason: str) -> None:
+        """Score what the transport refused from `peer` (counted in its stats, not here)."""
+        self.counters.blame(peer, reason)
+        self._score_refusal(peer, reason)
 
     def _forwarder_ignored(self, peer: str) -> bool:
         until = self._ignored_until.get(peer)

@@ -333,6 +333,8 @@ class SwarmPubsub(Pubsub):
             self.refusals.add(
                 "oversize_rpc", peer, f"inbound RPC of {length} bytes over {limit} ({what})"
             )
+            if self.forward_gate is not None:
+                self.forward_gate.blame(peer, "oversize")
 
         filtered = OversizeRpcFilter(stream, limit, on_oversize)
         await super().continuously_read_stream(filtered)  # type: ignore[arg-type]
@@ -368,6 +370,8 @@ class SwarmPubsub(Pubsub):
         self.refusals.add(
             reason, msg_forwarder.to_base58(), f"GossipSub message from {ID(msg.from_id)} dropped"
         )
+        if self.forward_gate is not None:
+            self.forward_gate.blame(msg_forwarder.to_base58(), reason)
 
     def _refused_by_gate(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> bool:
         """True if the forward gate refused `msg` (counted, reported, marked seen).

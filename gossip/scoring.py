@@ -38,6 +38,7 @@ WEIGHTS: dict[str, float] = {
     "malformed": 10.0,
     "bad_payload": 10.0,
     "bad_signature": 10.0,
+    "unsigned": 10.0,  # a GossipSub message without a signature (strict signing)
     "bad_sender": 10.0,
     "sender_mismatch": 10.0,
     "nested_chunk": 10.0,

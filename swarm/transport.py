@@ -34,11 +34,14 @@ class ForwardGate:
     state that never changes. `refused(forwarder, reason)` is called, also in that
     thread, for each refusal: `forwarder` is the connected peer that handed the message
     over (which may not be its origin); `ignored(peer)` says whether the messages a
-    connected peer forwards are refused unread for now (`ignored_peer`)."""
+    connected peer forwards are refused unread for now (`ignored_peer`). `blame(peer,
+    reason)` reports what the transport itself refused from a connected peer (and
+    counted in its own stats), so that it weighs on that peer's score too."""
 
     check: Callable[[str, bytes, str], str | None]
     refused: Callable[[str, str], None]
     ignored: Callable[[str], bool]
+    blame: Callable[[str, str], None]
 
 
 class Transport(Protocol):

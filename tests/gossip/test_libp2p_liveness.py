@@ -31,7 +31,7 @@ import gossip.libp2p_dialer as dialer_mod
 from gossip.libp2p import Libp2pTransport
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
-from swarm.transport import deltas_topic
+from swarm.transport import ForwardGate, deltas_topic
 
 LOCAL = "/ip4/127.0.0.1/tcp/0"
 MESH_TIMEOUT_S = 30.0
@@ -45,10 +45,12 @@ def libp2p_peer(spawn: Any, name: str, *extra: str) -> PeerProcess:
     return spawn(name, "--transport", "libp2p", "--heartbeat", "0.5", "--raw", *extra)
 
 
-async def start(**config: Any) -> Libp2pTransport:
+async def start(gate: ForwardGate | None = None, **config: Any) -> Libp2pTransport:
     config.setdefault("listen", LOCAL)
     config.setdefault("heartbeat_interval_s", 0.5)
     transport = Libp2pTransport(Libp2pTransportConfig(**config), Identity.generate())
+    if gate is not None:
+        transport.set_forward_gate(gate)
     await transport.start()
     return transport
 
@@ -202,8 +204,16 @@ def test_oversize_rpc_is_discarded_and_the_same_peers_later_messages_arrive() ->
     read and discarded, counted as `oversize_rpc`; the stream survives, so the sender's
     next messages arrive within seconds (the library reset the stream: ~40 s of loss)."""
 
+    blamed: list[tuple[str, str]] = []
+    gate = ForwardGate(
+        check=lambda topic, data, origin: None,
+        refused=lambda peer, reason: None,
+        ignored=lambda peer: False,
+        blame=lambda peer, reason: blamed.append((peer, reason)),
+    )
+
     async def main() -> None:
-        receiver = await start(max_message_bytes=MIB)
+        receiver = await start(gate, max_message_bytes=MIB)
         sender = await start(max_message_bytes=8 * MIB, bootstrap=receiver.listen_addrs())
         collector = Collector(receiver)
         back = Collector(sender)
@@ -256,6 +266,7 @@ def test_oversize_rpc_is_discarded_and_the_same_peers_later_messages_arrive() ->
             # big message again, counted each time).
             assert await sender._call(stream_to_receiver) is stream_before
             assert receiver.stats()["refused_incoming_by_reason"]["oversize_rpc"] == 1
+            assert blamed == [(sender.peer_id, "oversize")]  # on the connection that sent it
         finally:
             await collector.close()
             await back.close()
@@ -278,8 +289,16 @@ def test_unsigned_and_badly_signed_messages_are_counted_and_not_delivered() -> N
 
     topic = "swarm/x/rollouts"
 
+    blamed: list[tuple[str, str]] = []
+    gate = ForwardGate(
+        check=lambda topic, data, origin: None,
+        refused=lambda peer, reason: None,
+        ignored=lambda peer: False,
+        blame=lambda peer, reason: blamed.append((peer, reason)),
+    )
+
     async def main() -> None:
-        receiver = await start()
+        receiver = await start(gate)
         sender = await start(bootstrap=receiver.listen_addrs())
         collector = Collector(receiver)
         try:
@@ -345,6 +364,10 @@ def test_unsigned_and_badly_signed_messages_are_counted_and_not_delivered() -> N
                 b"control, well signed",
                 b"published normally",
             ]
+            # ... and blamed on the connection that sent them (issue 31 item 7).
+            assert sorted(blamed) == sorted(
+                [(sender.peer_id, "unsigned")] + [(sender.peer_id, "bad_signature")] * 2
+            )
         finally:
             await collector.close()
             await sender.stop()

@@ -3,9 +3,10 @@ the node announces.
 
 Invariants:
 - `refuse_unusable_listen` raises `ConfigError` when another socket already listens on the
-  configured TCP address (py-libp2p's SO_REUSEPORT would otherwise let a second node
-  share the port), when the address is not one of this machine's, or when the port
-  needs privileges; never for a free port, a port in TIME_WAIT or port 0.
+  configured TCP address, naming the process where /proc tells it (py-libp2p's
+  SO_REUSEPORT would otherwise let a second node share the port), when the address is
+  not one of this machine's, or when the port needs privileges; never for a free port,
+  a port in TIME_WAIT or port 0.
 - `announced_addrs` lists every listen address with `/p2p/<peer id>`, a wildcard
   `0.0.0.0` expanded to this machine's IPv4 interfaces (a peer cannot dial 0.0.0.0).
 """
@@ -13,7 +14,9 @@ Invariants:
 from __future__ import annotations
 
 import errno
+import os
 import socket
+from pathlib import Path
 
 import multiaddr
 from libp2p.abc import IHost
@@ -67,7 +70,39 @@ def refuse_unusable_listen(listen: str) -> None:
             why = _UNUSABLE.get(exc.errno or 0)
             if why is None:
                 return  # libp2p's own attempt reports it
+            holder = listener_of(port) if exc.errno == errno.EADDRINUSE else None
+            if holder is not None:
+                why = f"{why}; it is {holder}"
             raise ConfigError(f"transport.listen: could not listen on {listen}: {why}") from None
+
+
+def listener_of(port: int) -> str | None:
+    """`pid N (command line)` of a process of ours listening on TCP `port`, from /proc
+    (Linux); None where it cannot be told (another user's process, or no /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{inode}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+            if any(os.readlink(fd) in inodes for fd in fds):
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                return f"pid {proc.name} ({cmdline.strip()[:120]})"
+        except OSError:
+            continue
+    return None
 
 
 _UNUSABLE = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from typing import Any
@@ -240,8 +241,9 @@ def test_a_second_node_on_a_taken_port_fails_start(free_tcp_port: int) -> None:
         await first.start()
         try:
             second = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())
-            with pytest.raises(ConfigError, match="another process listens on that port"):
+            with pytest.raises(ConfigError, match="another process listens on that port") as e:
                 await second.start()
+            assert f"it is pid {os.getpid()} (" in str(e.value)  # the process holding it
         finally:
             await first.stop()
         again = Libp2pTransport(Libp2pTransportConfig(listen=listen), Identity.generate())

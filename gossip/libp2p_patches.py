@@ -1,5 +1,5 @@
 """py-libp2p 0.8.1 defaults that drop, hoard, stall or log noisily, replaced (see
-notes/libp2p-and-mqtt.md).
+the project's shared notes, `libp2p-and-mqtt.md`).
 
 Invariants: every class here subclasses or replaces a library internal that is pinned to
 libp2p==0.8.1 (a check raises at start if the internal changed); nothing here owns a

@@ -55,8 +55,9 @@ class SapoConfig(StrictModel):
     external_groups: int = Field(4, ge=0, le=256)
     """J: groups taken from peers each round (0 = a silo node)."""
     max_staleness: int = Field(2, ge=0, le=64)
-    """Use a peer's group (or delta) for at most this many of our own rounds after it
-    arrived. Measured by this node alone: there is no swarm-wide clock."""
+    """Use a peer's group for at most this many of our own rounds after it arrived.
+    Measured by this node alone: there is no swarm-wide clock. (Weight deltas have their
+    own bound, `deltas.max_staleness`.)"""
     max_version_lag: int = Field(4, ge=0, le=1 << 20)
     """...and only while its policy version is at most this many optimizer steps behind
     the version its sender currently runs (the sender's newest envelope says). Async RL

@@ -63,7 +63,8 @@ def status_table(data_dir: Path, last: int) -> Table:
             f"{data_dir}: no metrics.jsonl with rounds yet (is this a node's data_dir?)"
         )
     s = summary.summary()
-    table = Table(title=f"node {data_dir}", show_header=False)
+    restarts = f", {s['restarts']} restart(s)" if s["restarts"] else ""
+    table = Table(title=f"node {data_dir} (whole run{restarts})", show_header=False)
     table.add_column("what")
     table.add_column("value")
     for _, label, value in headline(s, last):

@@ -9,8 +9,10 @@ Invariants:
   trained again).
 - Memory is bounded whatever the run's length: totals are running sums, the chart
   history keeps the newest `max_history` rounds, `last` windows are deques.
-- Cumulative counters in a record (drops, bytes, publish failures) are the node's
-  running totals since its process started: the summary shows the newest line's.
+- Cumulative counters in a record (drops, bytes) are the node's running totals since
+  its process started; the summary adds them up over every process of the run (a
+  restart is seen where a total goes down), so that every figure it shows covers the
+  whole run. The first round with peers' groups is the run's, not the last process's.
 """
 
 from __future__ import annotations
@@ -59,8 +61,21 @@ class RunSummary:
         self.seconds: Counter[str] = Counter()
         self.eval_first: tuple[int, dict[str, Any]] | None = None
         self.eval_last: tuple[int, dict[str, Any]] | None = None
+        self.first_external_round: int | None = None
+        self.restarts = 0
+        self._before_restarts: Counter[str] = Counter()
+        """Drops and bytes of the run's earlier processes (their last lines' totals)."""
 
     def add(self, record: dict[str, Any]) -> None:
+        previous = self.final
+        if previous is not None and any(
+            now < before
+            for now, before in zip(_process_totals(record), _process_totals(previous), strict=True)
+        ):
+            self.restarts += 1
+            self._before_restarts.update(_counters(previous))
+        if record["external_groups"] and self.first_external_round is None:
+            self.first_external_round = record["round"]
         self.rounds_seen += 1
         reward = record["mean_local_reward"]
         if self._first_window < self.last:  # the first `last` rounds, as `summarize` had it
@@ -99,20 +114,41 @@ class RunSummary:
             "rounds_seen": self.rounds_seen,
             "policy_version": final["policy_version"],
             "peers": final.get("peers", 0),
-            "first_external_round": final.get("first_external_round"),
+            "first_external_round": self.first_external_round,
+            "restarts": self.restarts,
             "rounds_with_external": self.rounds_with_external,
             "reward_first": statistics.fmean(first) if first else None,
             "reward_last": statistics.fmean(last) if last else None,
             "cumulative_reward": self.cumulative_reward,
             "external_groups": self.external_groups,
             "external_by_sender": dict(self.external_by_sender),
-            "drops": final["drops"],
+            "drops": self._whole_run_drops(final),
             "peer_scores": final.get("peer_scores"),  # absent in metrics of older versions
-            "bytes_in": final["bytes_in"],
-            "bytes_out": final["bytes_out"],
+            "bytes_in": self._before_restarts["bytes_in"] + final["bytes_in"],
+            "bytes_out": self._before_restarts["bytes_out"] + final["bytes_out"],
             "overhead_fraction": max(1 - work / total, 0.0) if total else None,
             "seconds": dict(seconds),
         }
+
+
+    def _whole_run_drops(self, final: dict[str, Any]) -> dict[str, int]:
+        drops = Counter(final["drops"])
+        for key, count in self._before_restarts.items():
+            if key.startswith("drop:"):
+                drops[key[5:]] += count
+        return dict(drops)
+
+
+def _counters(record: dict[str, Any]) -> Counter[str]:
+    """A line's process totals, drops keyed `drop:<reason>`."""
+    out: Counter[str] = Counter({f"drop:{k}": v for k, v in record["drops"].items()})
+    out["bytes_in"], out["bytes_out"] = record.get("bytes_in", 0), record.get("bytes_out", 0)
+    return out
+
+
+def _process_totals(record: dict[str, Any]) -> tuple[int, int, int]:
+    """Totals that only grow within one process: any of them lower means a new one."""
+    return (sum(record["drops"].values()), record.get("bytes_in", 0), record.get("bytes_out", 0))
 
 
 NO_SIGNAL_DROPS = ("zero_variance", "no_trainable_signal")

@@ -86,6 +86,15 @@ def render_config(config: StrictModel, section_notes: dict[str, str] | None = No
     parts = [
         "# swarm node configuration. Every key is optional; shown values are the defaults",
         "# unless `swarm init` set them. Check a file with `swarm config check FILE`.",
+        "#",
+        "# Most nodes set only a handful of these:",
+        "#   [node] name, swarm_id        who this node is, which swarm it joins",
+        "#   [transport] listen, bootstrap  its port, and one peer it can reach",
+        "#   [model] name_or_path         a Hugging Face model id or folder",
+        "#   [tasks] mixture              the tasks it samples",
+        "#   [sapo] local_groups, external_groups   its own / peers' groups per round",
+        "#   [train] learning_rate",
+        "# The rest are limits and tuning with defaults that work.",
         "",
     ]
     for name, info in type(config).model_fields.items():

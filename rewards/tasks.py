@@ -206,9 +206,20 @@ MAX_EXAMPLES = 8
 def _examples(source: str) -> tuple[tuple[str, str], ...]:
     src = get_source(source)
     tasks = (src.make(EXAMPLE_SEED, i) for i in range(min(MAX_EXAMPLES, src.max_index + 1)))
-    return tuple((t.prompt, t.answer) for t in tasks)
+    return tuple((t.prompt, t.answer) for t in tasks if _is_solution(src, t))
+
+
+def _is_solution(source: TaskSource, task: Task) -> bool:
+    """Whether the task's answer is one its own scorer accepts in full: some
+    reasoning-gym datasets have no single gold answer (`None`, which scores 0), and an
+    example showing `<answer>None</answer>` would teach an answer that scores 0."""
+    try:
+        return float(source.score_answer(task, task.answer)) >= 1.0
+    except Exception:  # noqa: BLE001 - a dataset's scorer failing on its own answer
+        return False
 
 
 def solved_examples(source: str) -> list[tuple[str, str]]:
-    """Up to `MAX_EXAMPLES` (question, answer) pairs of `source`, the same everywhere."""
+    """Up to `MAX_EXAMPLES` (question, answer) pairs of `source` whose answer its own
+    scorer accepts in full (possibly none), the same everywhere."""
     return list(_examples(source))

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from rewards.rg import RG_SIZE
-from rewards.tasks import BUILTIN_SOURCES, Task, TaskSource, get_source, known_sources, make_task
+from rewards.tasks import (
+    BUILTIN_SOURCES,
+    EXAMPLE_SEED,
+    Task,
+    TaskSource,
+    get_source,
+    known_sources,
+    make_task,
+    solved_examples,
+)
 from swarm.messages import TaskRef
 
 
@@ -108,3 +117,21 @@ def test_task_is_frozen() -> None:
     assert isinstance(t, Task)
     with pytest.raises(AttributeError):
         t.answer = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "dataset", ["boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour"]
+)
+def test_datasets_without_a_gold_answer_show_no_examples(dataset: str) -> None:
+    """Issue 33: their examples showed `<answer>None</answer>`, which scores 0."""
+    assert solved_examples(f"rg:{dataset}") == []
+
+
+def test_every_example_shown_is_a_full_score_answer() -> None:
+    source = get_source("rg:gcd")
+    examples = solved_examples("rg:gcd")
+    assert len(examples) == 8
+    for index, (question, answer) in enumerate(examples):
+        task = source.make(EXAMPLE_SEED, index)
+        assert (task.prompt, task.answer) == (question, answer)
+        assert source.score_answer(task, answer) == 1.0

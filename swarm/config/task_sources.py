@@ -68,7 +68,6 @@ RG_LAZY: frozenset[str] = frozenset(
         "figlet_font",
         "fraction_simplification",
         "game_of_life",
-        "game_of_life_halting",
         "gcd",
         "graph_color",
         "group_anagrams",
@@ -147,6 +146,7 @@ RG_REFUSED: dict[str, tuple[RefusalKind, str]] = {
     "futoshiki": ("slow", "x"),
     "sokoban": ("slow", "x"),
     "number_sequence": ("slow", "x"),
+    "game_of_life_halting": ("broken", "its scorer gives 1.0 to any non-empty answer"),
 }
 
 # --- lookups ---------------------------------------------------------------------------

@@ -220,9 +220,18 @@ class PolicyLearner:
         if not e.sampler_logprobs or e.model_family != self.model_family:
             return None
         ended = e.finished or (False,) * len(e.completions)
+        trained = self._peer_texts(e)
         return [
-            list(lp[:-1]) if done and lp and not self.peer_stops else list(lp)
-            for lp, done in zip(e.sampler_logprobs, ended, strict=True)
+            # The peer's logprobs describe the text it sent: none for a text we changed
+            # (the trainer then counts a mismatch and applies the foreign rule).
+            []
+            if text != sent
+            else list(lp[:-1])
+            if done and lp and not self.peer_stops
+            else list(lp)
+            for lp, done, text, sent in zip(
+                e.sampler_logprobs, ended, trained, e.completions, strict=True
+            )
         ]
 
     def receive_delta(

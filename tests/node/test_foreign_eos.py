@@ -63,3 +63,26 @@ def test_peer_texts_reach_the_trainer_in_the_form_the_reward_reads(
     group = _seen_by_trainer(tmp_path, {"foreign_text": foreign_text}, external)
     canonical = ["3", "4", "<answer>3</answer>"]
     assert group.completions == (canonical if foreign_text == "canonical" else list(sent))
+
+
+def test_a_canonicalized_text_does_not_take_the_peers_logprobs(tmp_path: Path) -> None:
+    """Issue 33: with foreign_text = "canonical" and peer_offpolicy = "tis", the peer's
+    logprobs for the text it sent were applied to the canonicalized text (only the token
+    count was checked): a leading-space answer got another token's logprob."""
+    config = {"foreign_text": "canonical", "peer_offpolicy": "tis"}
+    ours = PolicyLearner(  # the family a peer of our base and tokenizer claims
+        parse_config(
+            {
+                "node": {"name": "n", "data_dir": str(tmp_path / "f")},
+                "transport": {"type": "memory"},
+                "model": {"name_or_path": "builtin:tiny"},
+            }
+        )
+    ).model_family
+    external = ExternalGroup(
+        "peer", "3=", (" 3", "4"), (1.0, 0.0), (True, True),
+        model_family=ours, sampler_logprobs=((-0.5, -0.1), (-0.7, -0.2)),
+    )  # fmt: skip
+    group = _seen_by_trainer(tmp_path, config, external)
+    assert group.completions == ["3", "4"]
+    assert group.sampler_logprobs == [[], [-0.7, -0.2]]  # " 3" became "3": none for it

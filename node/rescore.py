@@ -40,6 +40,7 @@ FORGED_REWARD_GAP = 0.5
 claims best, above which a group's claims are forged (rewards lie in [0, 2]). Lenient so
 that a sender whose scorer timed out on a completion or two is not blamed."""
 ANSWER_FORMATS = ("first_line", "answer_block")
+BUILTIN_CORRECTNESS = ("exact", "numeric", "closeness", "source")
 
 
 class Refused(Exception):
@@ -107,15 +108,18 @@ def settings_gap(
 
 
 def quick_correctness(source: str, ours: str) -> list[str]:
-    """The other correctness rewards tried when explaining a peer's claims: those that run
-    inline for `source`. A slow one (e.g. reasoning-gym's own scorer) runs in a sandboxed
-    process per completion: trying it for every suspicious group would let a forger
-    multiply what re-scoring costs us. Ours is known already (`rescore_group`)."""
+    """The other correctness rewards tried when explaining a peer's claims: the built-in
+    ones that run inline for `source`. A slow one (e.g. reasoning-gym's own scorer) runs
+    in a sandboxed process per completion: trying it for every suspicious group would let
+    a forger multiply what re-scoring costs us. A reward registered at run time is not
+    tried: it may exist in one process and not in another, and a worker process must
+    judge a group as this one does. Ours is known already (`rescore_group`)."""
     slow_source = get_source(source).slow_scoring
     return [
         name
-        for name, reward in CORRECTNESS.items()
-        if name != ours and not (slow_source if reward.slow is None else reward.slow)
+        for name in BUILTIN_CORRECTNESS
+        if name != ours
+        and not (slow_source if CORRECTNESS[name].slow is None else CORRECTNESS[name].slow)
     ]
 
 

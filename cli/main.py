@@ -69,7 +69,10 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version.", metavar=""
+        ),
     ] = False,
 ) -> None:
     """swarm: sample, share and train with strangers' GPUs, no coordinator."""
@@ -79,7 +82,9 @@ def main(
 @user_errors
 def keygen(
     path: Annotated[Path, typer.Argument(help="Where to write the key (mode 0600).")],
-    force: Annotated[bool, typer.Option(help="Overwrite an existing key file.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Overwrite an existing key file.", metavar="")
+    ] = False,
 ) -> None:
     """Create an Ed25519 node key and print its peer id."""
     identity = write_key_file(path, overwrite=force)
@@ -107,7 +112,7 @@ def init(
         int | None,
         typer.Option(help="Draw the node's model/task seeds from this (default: at random)."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing file.", metavar="")] = False,
 ) -> None:
     """Write a commented node config: every option, fresh seeds, settings that learn."""
     if path.exists() and not force:
@@ -260,7 +265,7 @@ def join(
     data_dir: DataDirOpt = None,
     name: Annotated[str | None, typer.Option(help="Node name override.")] = None,
     json_progress: Annotated[
-        bool, typer.Option("--json", help="Print each round's metrics as JSON.")
+        bool, typer.Option("--json", help="Print each round's metrics as JSON.", metavar="")
     ] = False,
     wait_peers: Annotated[
         int,
@@ -385,7 +390,7 @@ def export(
         str | None,
         typer.Option(help="Cast weights: float32 | bfloat16 | float16 (default: as trained)."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite an existing folder.")] = False,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing folder.", metavar="")] = False,
 ) -> None:
     """Export a checkpoint as a model folder `from_pretrained` loads (no optimizer state)."""
     from node import checkpoints
@@ -477,7 +482,7 @@ def demo(
     ),
     dashboard_at: DashboardOpt = None,
     force: Annotated[
-        bool, typer.Option(help="Delete --out even if a demo did not write it.")
+        bool, typer.Option(help="Delete --out even if a demo did not write it.", metavar="")
     ] = False,
 ) -> None:
     """Run a few tiny-model nodes on 127.0.0.1 over libp2p, sharing rollouts; print a summary."""

@@ -76,8 +76,12 @@ def run_command(
     variant: Annotated[
         list[str] | None, typer.Option("--variant", help="Run only this variant (repeatable).")
     ] = None,
-    force: Annotated[bool, typer.Option(help="Replace existing run directories.")] = False,
-    report: Annotated[bool, typer.Option(help="Write plots and a table when done.")] = True,
+    force: Annotated[
+        bool, typer.Option(help="Replace existing run directories.", metavar="")
+    ] = False,
+    report: Annotated[
+        bool, typer.Option(help="Write plots and a table when done.", metavar="")
+    ] = True,
 ) -> None:
     """Run a scenario: every variant x seed, with progress; per-node JSONL and a summary."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -1,0 +1,152 @@
+"""Held-out accuracy and sharing figures of a real-model simnet run, arm by arm.
+
+    .venv/bin/python benchmarks/real_swarm_summary.py runs/real_swarm_pilot [--plot OUT.png]
+
+Reads `<run>/<variant>/seed-<s>/<node>/metrics.jsonl` as `swarm simnet run` writes them and
+prints markdown tables: per arm, the mean held-out accuracy at each evaluation (greedy,
+each node on its own held-out set); per node, its accuracy at the first and last
+evaluation; each arm's last-evaluation difference to the silo arm, paired by (seed, node)
+(the same node of the same seed has the same base, task stream and held-out set in
+every arm), with a 95% t-interval over the pairs (the nodes of one swarm are not
+independent of each other: read it as a lower bound on the uncertainty); cumulative own
+reward; and what the node did with peers' groups (used per round, dropped by reason,
+how the trainer treated them). `swarm report` has the reward plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def load(run: Path) -> dict[str, dict[tuple[int, str], list[dict[str, Any]]]]:
+    """variant -> (seed, node) -> metrics records."""
+    out: dict[str, dict[tuple[int, str], list[dict[str, Any]]]] = defaultdict(dict)
+    for path in sorted(run.glob("*/seed-*/*/metrics.jsonl")):
+        node, seed_dir, variant = path.parent.name, path.parent.parent.name, path.parents[2].name
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out[variant][(int(seed_dir.removeprefix("seed-")), node)] = records
+    return out
+
+
+def evals(records: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(rounds trained before it, accuracy) of each evaluation."""
+    return [(r["round"] - 1, r["eval"]["accuracy"]) for r in records if r.get("eval")]
+
+
+def interval(diffs: list[float]) -> str:
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return f"{100 * mean:+.1f}"
+    half = T95.get(len(diffs) - 1, 2.0) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return f"{100 * mean:+.1f} [{100 * (mean - half):+.1f}, {100 * (mean + half):+.1f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--silo", default="silo", help="the control arm's variant name")
+    parser.add_argument("--plot", type=Path, help="write held-out accuracy per round here")
+    args = parser.parse_args()
+    arms = load(args.run)
+    if args.silo not in arms:
+        raise SystemExit(f"no {args.silo!r} variant under {args.run}")
+
+    print("| arm | nodes | " + " | ".join(f"held-out after {r}" for r, _ in _rounds(arms)) + " |")
+    print("|---|---|" + "---|" * len(_rounds(arms)))
+    for variant, runs in arms.items():
+        by_round: dict[int, list[float]] = defaultdict(list)
+        for records in runs.values():
+            for rounds, accuracy in evals(records):
+                by_round[rounds].append(accuracy)
+        cells = [
+            f"{statistics.fmean(by_round[r]):.3f}" if by_round.get(r) else "-"
+            for r, _ in _rounds(arms)
+        ]
+        print(f"| {variant} | {len(runs)} | " + " | ".join(cells) + " |")
+
+    print("\n| arm | node | held-out first | last | last - silo (points) |")
+    print("|---|---|---|---|---|")
+    for variant, runs in arms.items():
+        for key, records in sorted(runs.items()):
+            first, last = evals(records)[0][1], evals(records)[-1][1]
+            control = evals(arms[args.silo][key])[-1][1] if key in arms[args.silo] else None
+            delta = "-" if control is None else f"{100 * (last - control):+.1f}"
+            print(f"| {variant} | {key[1]} (seed {key[0]}) | {first:.3f} | {last:.3f} | {delta} |")
+
+    print(
+        "\n| arm | last held-out - silo, points [95% t] | cumulative own reward | "
+        "peers' groups used / round | dropped on arrival | trainer, peers' completions |"
+    )
+    print("|---|---|---|---|---|---|")
+    for variant, runs in arms.items():
+        diffs = [
+            evals(records)[-1][1] - evals(arms[args.silo][key])[-1][1]
+            for key, records in runs.items()
+            if key in arms[args.silo]
+        ]
+        cumulative = statistics.fmean(
+            sum(r["mean_local_reward"] or 0.0 for r in records) for records in runs.values()
+        )
+        used = statistics.fmean(r["external_groups"] for rs in runs.values() for r in rs)
+        drops: Counter[str] = Counter()
+        treated: Counter[str] = Counter()
+        for records in runs.values():
+            drops.update(records[-1]["drops"])
+            for r in records:
+                train = r.get("train") or {}
+                for key in ("n_peer_ratio_one", "n_peer_plausible", "n_peer_implausible",
+                            "n_peer_tis", "n_peer_mismatch", "n_truncated"):  # fmt: skip
+                    treated[key.removeprefix("n_")] += train.get(key, 0)
+        print(
+            f"| {variant} | {interval(diffs) if variant != args.silo else '0'} | "
+            f"{cumulative:.2f} | {used:.2f} | "
+            f"{', '.join(f'{k} {v}' for k, v in drops.most_common()) or '-'} | "
+            f"{', '.join(f'{k} {v}' for k, v in treated.items() if v) or '-'} |"
+        )
+    if args.plot:
+        _plot(arms, args.plot)
+
+
+def _rounds(arms: dict[str, dict[tuple[int, str], list[dict[str, Any]]]]) -> list[tuple[int, int]]:
+    rounds = sorted({r for runs in arms.values() for rs in runs.values() for r, _ in evals(rs)})
+    return [(r, i) for i, r in enumerate(rounds)]
+
+
+def _plot(arms: dict[str, dict[tuple[int, str], list[dict[str, Any]]]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant, runs in arms.items():
+        by_round: dict[int, list[float]] = defaultdict(list)
+        for records in runs.values():
+            for rounds, accuracy in evals(records):
+                by_round[rounds].append(accuracy)
+        xs = sorted(by_round)
+        ys = [statistics.fmean(by_round[x]) for x in xs]
+        line = ax.plot(xs, ys, marker="o", label=f"{variant} (mean of {len(runs)} nodes)")[0]
+        for records in runs.values():
+            points = evals(records)
+            ax.plot([p[0] for p in points], [p[1] for p in points], color=line.get_color(),
+                    alpha=0.25, linewidth=0.8)  # fmt: skip
+    ax.set_xlabel("rounds trained")
+    ax.set_ylabel("held-out score (greedy, own held-out set)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"\nplot: {out}")
+
+
+if __name__ == "__main__":
+    main()

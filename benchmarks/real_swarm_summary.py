@@ -83,9 +83,10 @@ def main() -> None:
 
     print(
         "\n| arm | last held-out - silo, points [95% t] | cumulative own reward | "
-        "peers' groups used / round | dropped on arrival | trainer, peers' completions |"
+        "peers' groups used / round | their age, rounds / version lag (mean) | "
+        "dropped on arrival | trainer, peers' completions |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for variant, runs in arms.items():
         diffs = [
             evals(records)[-1][1] - evals(arms[args.silo][key])[-1][1]
@@ -98,8 +99,13 @@ def main() -> None:
         used = statistics.fmean(r["external_groups"] for rs in runs.values() for r in rs)
         drops: Counter[str] = Counter()
         treated: Counter[str] = Counter()
+        ages: Counter[int] = Counter()
+        lags: Counter[int] = Counter()
         for records in runs.values():
             drops.update(records[-1]["drops"])
+            for r in records:
+                ages.update({int(k): v for k, v in (r.get("age") or {}).items()})
+                lags.update({int(k): v for k, v in (r.get("version_lag") or {}).items()})
             for r in records:
                 train = r.get("train") or {}
                 for key in ("n_peer_ratio_one", "n_peer_plausible", "n_peer_implausible",
@@ -107,12 +113,17 @@ def main() -> None:
                     treated[key.removeprefix("n_")] += train.get(key, 0)
         print(
             f"| {variant} | {interval(diffs) if variant != args.silo else '0'} | "
-            f"{cumulative:.2f} | {used:.2f} | "
+            f"{cumulative:.2f} | {used:.2f} | {_mean(ages)} / {_mean(lags)} | "
             f"{', '.join(f'{k} {v}' for k, v in drops.most_common()) or '-'} | "
             f"{', '.join(f'{k} {v}' for k, v in treated.items() if v) or '-'} |"
         )
     if args.plot:
         _plot(arms, args.plot)
+
+
+def _mean(histogram: Counter[int]) -> str:
+    total = sum(histogram.values())
+    return f"{sum(k * v for k, v in histogram.items()) / total:.2f}" if total else "-"
 
 
 def _rounds(arms: dict[str, dict[tuple[int, str], list[dict[str, Any]]]]) -> list[tuple[int, int]]:

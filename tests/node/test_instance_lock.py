@@ -90,3 +90,19 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_an_existing_key_is_locked_itself_read_only(tmp_path: Path) -> None:
+    """Issue 34: a key file on a read-only mount could not be used (the lock was written
+    beside it); the duplicate-key error named the key's folder, not the file."""
+    key = tmp_path / "keys" / "node.key"
+    key.parent.mkdir()
+    key.write_bytes(b"secret key bytes")
+    first, second = _config(tmp_path / "a", key), _config(tmp_path / "b", key)
+    assert lock_paths(first)[1] == key
+    with hold_node(first, "join"):
+        with pytest.raises(ConfigError, match=rf"{key} is in use .*{os.getpid()} "):
+            with hold_node(second, "join"):
+                pass
+    assert key.read_bytes() == b"secret key bytes"  # never written
+    assert sorted(p.name for p in key.parent.iterdir()) == ["node.key"]  # nothing beside it

@@ -295,11 +295,14 @@ def join(
 
     def event(kind: str, info: dict[str, Any]) -> None:
         if kind == "first_peer":
-            _say(f"first peer {info['peer']} ({info['model_id']}) after {info['after_s']:.1f} s")
+            _say(
+                f"first peer {info['peer']} ({info['model_id']}) "
+                f"{info['after_s']:.1f} s after this node joined the swarm"
+            )
         elif kind == "first_external_group":
             _say(
                 f"first external groups used: {info['groups']} in round {info['round']}, "
-                f"{info['after_s']:.1f} s after start"
+                f"{info['after_s']:.1f} s after this node joined the swarm"
             )
 
     async def run() -> Node:

@@ -179,7 +179,8 @@ class Intake:
             if self.first_peer_at is None:
                 self.first_peer_at = now
                 waited = now - self.started_at if self.started_at is not None else 0.0
-                log.info("first peer %s (%s) after %.1f s", sender, hello.model_id, waited)
+                log.info("first peer %s (%s) %.1f s after this node joined the swarm",
+                         sender, hello.model_id, waited)  # fmt: skip
                 if self.on_event is not None:
                     self.on_event(
                         "first_peer",

@@ -26,13 +26,17 @@ from typing import Any
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
-def load(run: Path) -> dict[str, dict[tuple[int, str], list[dict[str, Any]]]]:
-    """variant -> (seed, node) -> metrics records."""
+def load(
+    run: Path, seeds: list[int] | None = None
+) -> dict[str, dict[tuple[int, str], list[dict[str, Any]]]]:
+    """variant -> (seed, node) -> metrics records (of `seeds`, or all; nodes that have not
+    evaluated yet are left out)."""
     out: dict[str, dict[tuple[int, str], list[dict[str, Any]]]] = defaultdict(dict)
     for path in sorted(run.glob("*/seed-*/*/metrics.jsonl")):
         node, seed_dir, variant = path.parent.name, path.parent.parent.name, path.parents[2].name
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        out[variant][(int(seed_dir.removeprefix("seed-")), node)] = records
+        if evals(records) and (seeds is None or int(seed_dir.removeprefix("seed-")) in seeds):
+            out[variant][(int(seed_dir.removeprefix("seed-")), node)] = records
     return out
 
 
@@ -54,8 +58,9 @@ def main() -> None:
     parser.add_argument("run", type=Path)
     parser.add_argument("--silo", default="silo", help="the control arm's variant name")
     parser.add_argument("--plot", type=Path, help="write held-out accuracy per round here")
+    parser.add_argument("--seed", type=int, action="append", help="only this seed (repeatable)")
     args = parser.parse_args()
-    arms = load(args.run)
+    arms = load(args.run, args.seed)
     if args.silo not in arms:
         raise SystemExit(f"no {args.silo!r} variant under {args.run}")
 

@@ -125,8 +125,9 @@ MIN_CHUNK_DATA = 64
 """A transport whose messages cannot carry this much chunk data is refused."""
 MAX_SEQ = 2**63 - 1
 PUBLISH_LOG_EVERY_S = 60.0
-_MAX_IGNORED_FORWARDERS = 4096
 """A repeated publish failure of the same cause is logged at most this often."""
+_MAX_IGNORED_FORWARDERS = 4096
+"""Ignored peers the transport's thread is told of (the newest ignore periods kept)."""
 MAX_PAYLOAD_STR_BYTES = 4 * MAX_TEXT_CHARS
 """Longest msgpack str in a payload: a text field of MAX_TEXT_CHARS in worst-case UTF-8."""
 

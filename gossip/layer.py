@@ -86,6 +86,7 @@ from typing import Any
 
 from gossip.chunking import MAX_CHUNKS, Reassembler, sha256, split
 from gossip.counters import GossipCounters
+from gossip.forward_checks import EnvelopeChecks
 from gossip.ratelimit import STALL_GRACE_S, RateLimiter
 from gossip.scoring import PeerScores
 from gossip.seen import SeenCache
@@ -259,32 +260,8 @@ class Gossip:
         def blame(peer: str, reason: str) -> None:
             loop.call_soon_threadsafe(self._transport_refused, peer, reason)
 
-        return ForwardGate(self.check_before_forwarding, refused, self._forwarder_ignored, blame)
-
-    def check_before_forwarding(self, topic: str, data: bytes, origin: str) -> str | None:
-        """None if a peer's message may be forwarded, else the reason to refuse it. Reads
-        only state that never changes after construction (it runs in another thread)."""
-        try:
-            envelope = decode_envelope(data, self._wire_limits, self.swarm_id)
-        except WireError as refused:
-            return refused.reason
-        if envelope.sender != origin:
-            return "sender_mismatch"
-        if envelope.kind != Chunk.KIND and len(data) > self.config.max_envelope_bytes:
-            return "oversize"
-        kind = self._kind_of_topic(topic)
-        if kind is not None and envelope.kind not in (kind, Chunk.KIND):
-            return "wrong_topic"
-        return None
-
-    def _kind_of_topic(self, topic: str) -> str | None:
-        if topic == peers_topic(self.swarm_id):
-            return Hello.KIND
-        if topic == rollouts_topic(self.swarm_id):
-            return RolloutBatch.KIND
-        if topic.startswith(deltas_topic(self.swarm_id, "")):
-            return DeltaPacket.KIND
-        return None
+        checks = EnvelopeChecks(self.swarm_id, self._wire_limits, self.config.max_envelope_bytes)
+        return ForwardGate(checks.refusal, refused, self._forwarder_ignored, blame)
 
     def _forward_refused(self, forwarder: str, reason: str) -> None:
         self.counters.drop(reason)

@@ -22,12 +22,8 @@ What the library does and what replaces it:
   verifying any signature a second time on the accepted path.
 - Validation before forwarding: the library forwards every message that is new and
   validly signed. With a `ForwardGate` set (`SwarmPubsub.forward_gate`, the gossip
-  layer's envelope checks), a message new to us whose GossipSub signature holds is first
-  shown to the gate; one it refuses is marked seen (other copies are refused without a
-  second check), neither forwarded nor delivered, counted (`not_forwarded`) and reported
-  to the gate with the forwarder. Messages forwarded by a peer the gate says is ignored
-  are refused before any check (`ignored_forwarder`). The GossipSub signature of a
-  message the gate passes is then verified a second time by the library.
+  layer's envelope checks), a message new to us is first shown to it
+  (`gossip.libp2p_forward_gate`).
 - Equivocation (same origin and seqno, different content): counted (`equivocation`).
 - Seqnos: the library numbers a host's messages on from the wall clock in *seconds*, one
   per message, and peers drop as already seen, silently, any (origin, seqno) seen in the
@@ -39,10 +35,8 @@ What the library does and what replaces it:
 - Re-dials (the swarm's `AutoConnector`, an ERROR line per failed attempt):
   `gossip.libp2p_dialer`.
 - Sender records (the signed peer record on every pubsub RPC): `gossip.libp2p_records`.
-- Mesh pruning: above `degree_high` the library prunes random mesh peers (60 s backoff
-  for each), so identities joining a topic could push an honest peer out for a minute
-  or two (issue 31: 59-118 s). `SwarmGossipSub` prunes the peers that delivered the
-  fewest new, valid messages lately (`DecayingCounts`, ties: the newest in the mesh).
+- Mesh pruning: above `degree_high` the library prunes random mesh peers;
+  `SwarmGossipSub` prunes by delivery instead (`gossip.libp2p_mesh`).
 Every refusal is counted in one `Refusals` (read by `Libp2pTransport.stats()`), and
 logged once per (reason, peer) per `_LOG_REPEAT_S`, never once per message.
 """
@@ -51,7 +45,6 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-import itertools
 import logging
 import time
 from collections import OrderedDict, deque
@@ -69,6 +62,8 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.validators import signature_validator
 from libp2p.utils.varint import decode_uvarint
 
+from gossip.libp2p_forward_gate import refused_by_gate
+from gossip.libp2p_mesh import DeliveryRankedPruning
 from swarm.transport import ForwardGate
 
 log = logging.getLogger("gossip.libp2p")
@@ -350,8 +345,8 @@ class SwarmPubsub(Pubsub):
             await super().push_msg(msg_forwarder, msg)
             return
         seen_before = self._is_msg_seen(msg)
-        if not seen_before and self.forward_gate is not None and self._refused_by_gate(
-            msg_forwarder, msg
+        if not seen_before and self.forward_gate is not None and refused_by_gate(
+            self, self.forward_gate, msg_forwarder, msg
         ):
             return
         await super().push_msg(msg_forwarder, msg)
@@ -372,42 +367,6 @@ class SwarmPubsub(Pubsub):
         )
         if self.forward_gate is not None:
             self.forward_gate.blame(msg_forwarder.to_base58(), reason)
-
-    def _refused_by_gate(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> bool:
-        """True if the forward gate refused `msg` (counted, reported, marked seen).
-        Unsigned and badly signed messages are left to the library (and counted after)."""
-        gate = self.forward_gate
-        assert gate is not None
-        forwarder = msg_forwarder.to_base58()
-        try:
-            origin = ID(msg.from_id).to_base58()
-        except Exception:  # noqa: BLE001 - a hostile id: the library refuses it
-            return False
-        ignored = next((p for p in (forwarder, origin) if gate.ignored(p)), None)
-        if ignored is not None:
-            what = "forwarded while ignored" if ignored == forwarder else f"from ignored {origin}"
-            self.refusals.add("ignored_forwarder", forwarder, what)
-            gate.refused(ignored, "ignored_peer")
-            return True
-        if not msg.signature:
-            return False
-        try:
-            signed = signature_validator(msg)
-        except Exception:  # noqa: BLE001 - a hostile key or id the validator chokes on
-            signed = False
-        if not signed:
-            return False
-        topic = msg.topicIDs[0] if len(msg.topicIDs) == 1 else ""
-        reason = gate.check(topic, msg.data, origin) if topic else "wrong_topic"
-        if reason is None:
-            return False
-        # Marking it seen is safe: its origin signed this (origin, seqno) itself.
-        self._mark_msg_seen(msg)
-        self.refusals.add(
-            "not_forwarded", forwarder, f"message from {origin} refused before forwarding: {reason}"
-        )
-        gate.refused(forwarder, reason)
-        return True
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         if publish_message.from_id == self.my_id.to_bytes():
@@ -464,33 +423,7 @@ class BoundedMessageCache(MessageCache):
                     return
 
 
-DELIVERY_HALF_LIFE_S = 120.0
-_MESH_TENURE_KEYS = 4096
-
-
-class DecayingCounts:
-    """Counts per key that halve every `half_life_s`, for at most `max_keys` keys (the
-    least recently counted key leaves first). Pure bookkeeping; time is passed in."""
-
-    def __init__(self, half_life_s: float, max_keys: int) -> None:
-        self.half_life_s, self.max_keys = half_life_s, max_keys
-        self._counts: OrderedDict[str, tuple[float, float]] = OrderedDict()
-
-    def value(self, key: str, now: float) -> float:
-        count, at = self._counts.get(key, (0.0, now))
-        return count * 0.5 ** (max(0.0, now - at) / self.half_life_s)
-
-    def note(self, key: str, now: float, amount: float = 1.0) -> None:
-        self._counts[key] = (self.value(key, now) + amount, now)
-        self._counts.move_to_end(key)
-        while len(self._counts) > self.max_keys:
-            self._counts.popitem(last=False)
-
-    def forget(self, key: str) -> None:
-        self._counts.pop(key, None)
-
-
-class SwarmGossipSub(GossipSub):
+class SwarmGossipSub(DeliveryRankedPruning, GossipSub):
     """GossipSub with bounded equivocation memory and message cache, and no rate limit
     on own publishes."""
 
@@ -509,52 +442,11 @@ class SwarmGossipSub(GossipSub):
             self.mcache.window_size, self.mcache.history_size, mcache_max_bytes
         )
         self._digests: OrderedDict[bytes, bytes] = OrderedDict()
-        self._deliveries = DecayingCounts(DELIVERY_HALF_LIFE_S, _LOG_KEYS)
-        """Per forwarder: new, valid messages it handed us first (decaying)."""
-        self._mesh_since: dict[tuple[ID, str], int] = {}
-        """When each (peer, topic) first joined our mesh, as a count of mesh joins."""
-        self._mesh_order = itertools.count()
 
     @property
     def mcache_bytes(self) -> int:
         cache = self.mcache
         return cache.bytes if isinstance(cache, BoundedMessageCache) else 0
-
-    # ---- which mesh peers to keep ---------------------------------------------------
-
-    async def publish(self, msg_forwarder: ID, pubsub_msg: rpc_pb2.Message) -> None:
-        """The library's publish (forward), after noting a first delivery by a peer."""
-        if self.pubsub is not None and msg_forwarder != self.pubsub.my_id:
-            self._deliveries.note(msg_forwarder.to_base58(), time.monotonic())
-        await super().publish(msg_forwarder, pubsub_msg)
-
-    def _select_peers_for_pruning(self, topic: str, num_to_prune: int) -> list[ID]:
-        """Prune the mesh peers that delivered the fewest new, valid messages lately
-        (ties: the newest in the mesh), never at random: the library's random choice let
-        identities joining a topic push an honest peer out of the mesh, for a prune
-        backoff of 60 s (issue 31)."""
-        mesh = list(self.mesh.get(topic, ()))
-        if num_to_prune <= 0 or not mesh:
-            return []
-        now, newest = time.monotonic(), next(self._mesh_order)
-
-        def keep_first(peer: ID) -> tuple[float, int]:
-            since = self._mesh_since.get((peer, topic), newest)
-            return (-self._deliveries.value(peer.to_base58(), now), since)
-
-        return sorted(mesh, key=keep_first)[len(mesh) - num_to_prune :]
-
-    def _notify_mesh_peer_added(self, peer_id: ID, topic: str) -> None:
-        self._mesh_since.setdefault((peer_id, topic), next(self._mesh_order))
-        while len(self._mesh_since) > _MESH_TENURE_KEYS:
-            self._mesh_since.pop(next(iter(self._mesh_since)))
-        super()._notify_mesh_peer_added(peer_id, topic)
-
-    def remove_peer(self, peer_id: ID) -> None:
-        for key in [k for k in self._mesh_since if k[0] == peer_id]:
-            del self._mesh_since[key]
-        self._deliveries.forget(peer_id.to_base58())
-        super().remove_peer(peer_id)
 
     def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
         if self.pubsub is not None and peer_id == self.pubsub.my_id:

@@ -64,7 +64,7 @@ from swarm.config.network import (
     Libp2pTransportConfig,
     MqttTransportConfig,
 )
-from swarm.envelope import decode_envelope, seal
+from swarm.envelope import Envelope, decode_envelope, seal
 from swarm.identity import Identity
 from swarm.messages import DeltaPacket, decode_payload, encode_payload
 from swarm.transport import Transport, deltas_topic
@@ -221,14 +221,7 @@ class Peer:
                 if self.gossip is not None:
                     await self.gossip.publish(self.topic, packet, self.round)
                 else:
-                    envelope = seal(
-                        self.identity,
-                        kind=DeltaPacket.KIND,
-                        swarm_id=self.args.swarm_id,
-                        seq=time.time_ns() // 1000 + i,
-                        policy_version=self.round,
-                        payload=encode_payload(packet),
-                    )
+                    envelope = self._sealed(packet, i)
                     await self.transport.publish(self.topic, envelope.encode())
                 if not self.args.light:
                     emit("sent", index=i, sha256=hashlib.sha256(tensors).hexdigest(), size=size)
@@ -238,18 +231,21 @@ class Peer:
         """Publish `count` envelopes of ours with a random signature (raw mode)."""
         t0 = time.perf_counter()
         for i in range(count):
-            packet = DeltaPacket(FAMILY, 10**9 + i, "raw", os.urandom(size))
-            envelope = seal(
-                self.identity,
-                kind=DeltaPacket.KIND,
-                swarm_id=self.args.swarm_id,
-                seq=time.time_ns() // 1000 + i,
-                policy_version=self.round,
-                payload=encode_payload(packet),
-            )
+            envelope = self._sealed(DeltaPacket(FAMILY, 10**9 + i, "raw", os.urandom(size)), i)
             forged = dataclasses.replace(envelope, signature=os.urandom(64))
             await self.transport.publish(self.topic, forged.encode())
         emit("forged", count=count, seconds=time.perf_counter() - t0)
+
+    def _sealed(self, packet: DeltaPacket, i: int) -> Envelope:
+        """`packet` as one signed envelope of ours (raw mode: no gossip layer)."""
+        return seal(
+            self.identity,
+            kind=DeltaPacket.KIND,
+            swarm_id=self.args.swarm_id,
+            seq=time.time_ns() // 1000 + i,
+            policy_version=self.round,
+            payload=encode_payload(packet),
+        )
 
     async def _receive_loop(self) -> None:
         limit = self.transport.max_message_bytes + 4096

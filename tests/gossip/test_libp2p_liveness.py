@@ -55,6 +55,16 @@ async def start(gate: ForwardGate | None = None, **config: Any) -> Libp2pTranspo
     return transport
 
 
+def blame_recorder(blamed: list[tuple[str, str]]) -> ForwardGate:
+    """A gate that passes everything and records what the transport blames on whom."""
+    return ForwardGate(
+        check=lambda topic, data, origin: None,
+        refused=lambda peer, reason: None,
+        ignored=lambda peer: False,
+        blame=lambda peer, reason: blamed.append((peer, reason)),
+    )
+
+
 async def until(
     check: Callable[[], bool | Awaitable[bool]], timeout_s: float, what: Callable[[], str]
 ) -> None:
@@ -205,12 +215,7 @@ def test_oversize_rpc_is_discarded_and_the_same_peers_later_messages_arrive() ->
     next messages arrive within seconds (the library reset the stream: ~40 s of loss)."""
 
     blamed: list[tuple[str, str]] = []
-    gate = ForwardGate(
-        check=lambda topic, data, origin: None,
-        refused=lambda peer, reason: None,
-        ignored=lambda peer: False,
-        blame=lambda peer, reason: blamed.append((peer, reason)),
-    )
+    gate = blame_recorder(blamed)
 
     async def main() -> None:
         receiver = await start(gate, max_message_bytes=MIB)
@@ -290,12 +295,7 @@ def test_unsigned_and_badly_signed_messages_are_counted_and_not_delivered() -> N
     topic = "swarm/x/rollouts"
 
     blamed: list[tuple[str, str]] = []
-    gate = ForwardGate(
-        check=lambda topic, data, origin: None,
-        refused=lambda peer, reason: None,
-        ignored=lambda peer: False,
-        blame=lambda peer, reason: blamed.append((peer, reason)),
-    )
+    gate = blame_recorder(blamed)
 
     async def main() -> None:
         receiver = await start(gate)

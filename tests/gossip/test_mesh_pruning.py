@@ -10,7 +10,8 @@ import pytest
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 
-from gossip.libp2p_patches import DecayingCounts, SwarmGossipSub
+from gossip.libp2p_mesh import DecayingCounts
+from gossip.libp2p_patches import SwarmGossipSub
 from swarm.identity import Identity
 
 

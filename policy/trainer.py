@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +171,8 @@ class Trainer:
         (`fallback_reason` says why not), else the plain forward."""
         self._tokens_computed = 0
         self._padding_tokens = 0
+        self._group_lp: defaultdict[int, list[float]] = defaultdict(lambda: [0.0, 0])
+        """Per group index of the current step: [sum of trained tokens' logprobs, tokens]."""
 
     def state_dict_for_sampler(self) -> dict[str, torch.Tensor]:
         """The current weights (detached references, not copies) for `Sampler.update_weights`."""
@@ -299,6 +302,10 @@ class Trainer:
         t = old_lp.shape[1]
         lengths = torch.tensor([len(r.ids) - r.start for r in mb], device=self.device)
         valid = torch.arange(t, device=self.device)[None] < lengths[:, None]
+        row_sums = (old_lp.detach().float() * valid).sum(-1).tolist()
+        for row, total, n in zip(mb, row_sums, lengths.tolist(), strict=True):
+            self._group_lp[row.group][0] += total
+            self._group_lp[row.group][1] += n
         w = None
         if any(r.sampler_logprobs is not None for r in mb):
             lps = [r.sampler_logprobs for r in mb]
@@ -373,6 +380,7 @@ class Trainer:
             return stats, {}
         t_old = time.perf_counter()
         self._tokens_computed = self._padding_tokens = 0
+        self._group_lp.clear()
         self.model.eval()
         micro = self._micro_batches(rows)
         # Old logprobs (and the weights that depend on them) are known before the update
@@ -488,6 +496,10 @@ class Trainer:
         stats.kl = kl_tokens / max(n_tokens, 1)
         stats.entropy = entropy_tokens / max(n_tokens, 1)
         stats.policy_version = self.policy_version
+        stats.group_logprob = [
+            self._group_lp[i][0] / self._group_lp[i][1] if self._group_lp[i][1] else None
+            for i in range(len(groups))
+        ]
         stats.tokens_computed = self._tokens_computed
         stats.padding_share = self._padding_tokens / max(self._tokens_computed, 1)
         stats.timings["update"] = time.perf_counter() - t_update

@@ -34,6 +34,13 @@ Behaviours (`ATTACK_BEHAVIORS`):
 - `signal_bait_ended`: the same groups, every completion claiming it ended: the bait
   adapted to the `ended` rule. Receivers then train "answer, space, EOS" (correct under
   their own reward, and ending) against a wrong answer.
+- `signal_bait_farmed`: trust farming: until `attack_after_s` of virtual time after it
+  joined, each of its keys re-sends honest peers' groups it was delivered (real work,
+  re-signed as its own: they pass every check and earn the key trust); then it turns
+  into `signal_bait_ended`.
+- `offpolicy_correct`: honest-looking groups that are not the receiver's policy's:
+  another model's answers (the exact answer, 2 to 6 of 8 completions, the others wrong
+  numbers of the same length), every one ended, claiming what the receiver recomputes.
 
 Invariants:
 - Deterministic: every choice comes from the attacker's own seeded RNG and the messages
@@ -52,13 +59,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gossip.chunking import split
+from gossip.layer import envelope_limits
 from rewards.mixture import TaskStream
 from rewards.registry import score_group
 from rewards.tasks import make_task
 from simnet.scenario import ATTACK_BEHAVIORS
 from swarm.codec import Limits, unpack
 from swarm.config import NodeConfig
-from swarm.envelope import seal
+from swarm.envelope import decode_envelope, seal
 from swarm.errors import WireError
 from swarm.identity import Identity
 from swarm.messages import (
@@ -68,6 +76,7 @@ from swarm.messages import (
     RolloutBatch,
     RolloutGroup,
     TaskRef,
+    decode_payload,
     encode_payload,
 )
 from swarm.transport import peers_topic, rollouts_topic
@@ -93,6 +102,8 @@ class AttackSettings:
     flood_messages: int
     sybil_keys: int
     groups_per_batch: int
+    attack_after_s: float = 0.0
+    """`signal_bait_farmed`: virtual seconds of honest-looking work before the attack."""
 
 
 class Attacker:
@@ -127,6 +138,7 @@ class Attacker:
         self._seq = start_seq
         self._recent: deque[tuple[str, bytes]] = deque(maxlen=64)
         self._old: deque[tuple[str, bytes]] = deque(maxlen=64)
+        self._ticks = 0
 
     @property
     def behavior(self) -> str:
@@ -281,6 +293,58 @@ class Attacker:
 
     def _tick_signal_bait_ended(self) -> None:
         self._tick_signal_bait(ended=True)
+
+    def _tick_signal_bait_farmed(self) -> None:
+        self._ticks += 1
+        if (self._ticks - 1) * self.settings.every_s >= self.settings.attack_after_s:
+            self._tick_signal_bait(ended=True)
+            return
+        honest = self._observed_groups()
+        if not honest:
+            return
+        for identity in self.identities:
+            count = self.settings.groups_per_batch
+            picks = [honest[self.rng.randrange(len(honest))] for _ in range(count)]
+            self._send(self.rollouts, self._sealed(identity, "rollouts", self._batch(picks)))
+
+    def _observed_groups(self) -> list[RolloutGroup]:
+        """Groups of the honest rollout batches recently delivered to the attacker."""
+        limits = envelope_limits(self.max_message_bytes)
+        groups: list[RolloutGroup] = []
+        for topic, data in self._recent:
+            if topic != self.rollouts:
+                continue
+            try:
+                envelope = decode_envelope(data, limits, self.swarm_id)
+                payload = decode_payload(envelope.kind, envelope.payload, limits)
+            except WireError:
+                continue  # chunks, other attackers' junk: nothing to farm
+            if isinstance(payload, RolloutBatch):
+                groups.extend(payload.groups)
+        return groups
+
+    def _tick_offpolicy_correct(self) -> None:
+        for identity in self.identities:
+            groups = []
+            for ref in self._tasks():
+                task = make_task(ref)
+                right = self.rng.randint(2, 6) * self.group_size // 8
+                width = max(len(task.answer), 1)
+                low = 10 ** (width - 1) if width > 1 else 0
+                wrong = []
+                while len(wrong) < self.group_size - right:
+                    guess = str(self.rng.randrange(low, 10**width))
+                    if guess != task.answer:
+                        wrong.append(guess)
+                completions = [task.answer] * right + wrong
+                self.rng.shuffle(completions)
+                rewards = score_group(task, completions, self.config.rewards)
+                group = replace(
+                    self._group(ref, task.prompt, completions, rewards),
+                    finished=(True,) * len(completions),
+                )
+                groups.append(group)
+            self._send(self.rollouts, self._sealed(identity, "rollouts", self._batch(groups)))
 
     def _tick_silent_mid_chunk(self) -> None:
         identity = self.identities[0]

@@ -189,6 +189,7 @@ class Simulation:
             spec.flood_messages,
             spec.sybil_keys,
             spec.groups_per_batch,
+            spec.attack_after_s,
         )
         sn.attacker = Attacker(
             settings,

@@ -268,12 +268,20 @@ Behavior = Literal[
     "silent_mid_chunk",
     "signal_bait",
     "signal_bait_ended",
+    "signal_bait_farmed",
+    "offpolicy_correct",
 ]
 ATTACK_BEHAVIORS: tuple[str, ...] = tuple(
     b for b in get_args(Behavior) if b not in ("honest", "poison_deltas")
 )
 """Behaviours of wire attackers (`simnet.attackers`): peers that send, never train."""
-MANY_KEYS: tuple[str, ...] = ("sybil", "signal_bait", "signal_bait_ended")
+MANY_KEYS: tuple[str, ...] = (
+    "sybil",
+    "signal_bait",
+    "signal_bait_ended",
+    "signal_bait_farmed",
+    "offpolicy_correct",
+)
 """Attacks made with `hostile.sybil_keys` identities (the others use one)."""
 
 
@@ -286,6 +294,9 @@ class HostileSpec(StrictModel):
     """`sybil`, `signal_bait`, `signal_bait_ended`: identities one attacker holds."""
     groups_per_batch: int = Field(4, ge=1, le=256)
     """Rollout groups per batch the attacker sends (`forged_rewards`, `sybil`, ...)."""
+    attack_after_s: float = Field(0.0, ge=0)
+    """`signal_bait_farmed`: virtual seconds after it joined during which it re-sends
+    honest peers' groups as its own (farming trust) before it sends bait."""
 
 
 class NodeGroupSpec(StrictModel):

@@ -26,6 +26,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     # Its claims are what receivers recompute; its signal is all in unfinished completions.
     "signal_bait": ("no_trainable_signal",),
     "signal_bait_ended": (),  # nothing to refuse: it teaches correct answers that end
+    "signal_bait_farmed": (),  # honest peers' work re-signed, then the bait above
+    "offpolicy_correct": (),  # another model's correct answers: nothing to refuse
 }
 ATTRIBUTABLE = {"wrong_swarm", "flood", "mismatched_prompt", "forged_rewards", "sybil"}
 

@@ -20,7 +20,9 @@ def _with(**changes: object) -> dict:
     return data
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(EXAMPLES.rglob("*.toml")), ids=lambda p: str(p.relative_to(EXAMPLES))
+)
 def test_example_scenarios_load(path: Path, request: pytest.FixtureRequest) -> None:
     if ".cache/smollm2-135m-instruct" in path.read_text():
         # a real-model scenario: its model folder must exist to validate (built once)

@@ -269,7 +269,7 @@ class Intake:
         self.drops[reason] += 1
         if sender is not None and reason not in NOT_THE_PEERS_FAULT:
             self.peer_faults[sender] += 1
-            self.pool.trust.note_blamed(sender)  # it earns trust from zero again
+            self.pool.trust.note_blamed(sender)  # its cohort's age starts again
             if len(self.peer_faults) > MAX_PEERS_TRACKED:
                 del self.peer_faults[next(iter(self.peer_faults))]
             self.gossip.penalize(sender, reason)

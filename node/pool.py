@@ -21,10 +21,11 @@ Invariants:
   selections, times the entry's trainable share), ties in the same seeded random order.
   The memory of recent tasks is not checkpointed (after a restart every task is novel
   again).
-- Sybil bounds (`node.trust`), under both rules: every accepted group counts for its
-  sender's trust; senders not yet established here take at most `newcomer_slots` picks
-  of a `select` together, and `senders_first` spreads picks over senders first. The
-  trust records are checkpointed with the pool cursor.
+- Sybil bound (`node.trust`), under both rules: every accepted group notes its sender's
+  first sighting; with `cohort_rounds` > 0 each pick of a `select` first draws an
+  arrival cohort (weighted by its age, from the pool's seeded RNG), then the rule picks
+  within it; `senders_first` spreads picks over senders first. The sightings are
+  checkpointed with the pool cursor.
 """
 
 from __future__ import annotations
@@ -71,11 +72,10 @@ class RolloutPool:
     seed: int = 0
     selection: Literal["uniform", "signal"] = "uniform"
     novelty_window: int = 8
-    newcomer_slots: int | None = None
-    """At most this many picks per `select` from senders `trust` does not yet hold
-    established, all of them together (None: no bound)."""
-    earn_rounds: int = 0
-    """Distinct rounds with verified groups after which a sender is established."""
+    cohort_rounds: int = 0
+    """Arrival cohorts' window in own rounds (`node.trust`; 0: one cohort, no bound)."""
+    cohort_ramp_rounds: int = 32
+    """Rounds over which a new cohort's draw weight grows to an established one's."""
     senders_first: bool = False
     """Spread each `select`'s picks over senders before any sender gets a second."""
     entries: list[PoolEntry] = field(default_factory=list)
@@ -90,9 +90,9 @@ class RolloutPool:
         self._rng = random.Random(self.seed)
         self.recent = RecentTasks(self.novelty_window)
         """Tasks (prompts) this node trained lately, for `signal` selection."""
-        self.trust = TrustBook(self.earn_rounds)
-        """What this node measured of each sender (`node.trust`): every group accepted
-        here counts for its sender; `node.intake` reports blamed refusals."""
+        self.trust = TrustBook(self.cohort_rounds, self.cohort_ramp_rounds)
+        """When this node first accepted each sender (`node.trust`): every group
+        accepted here notes its sender; `node.intake` reports blamed refusals."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -194,12 +194,12 @@ class RolloutPool:
         self.recent.note(own_round, trained)
         candidates = list(self.entries)
         self._rng.shuffle(candidates)
-        newcomer = None
-        if self.newcomer_slots is not None:
-            newcomer = [not self.trust.established(e.sender) for e in candidates]
+        cohorts = None
+        if self.cohort_rounds > 0:
+            cohorts = [self.trust.cohort(e.sender) for e in candidates]
         bounds = {
-            "newcomer": newcomer,
-            "newcomer_slots": self.newcomer_slots,
+            "cohorts": cohorts,
+            "pick_cohort": lambda found: self.trust.draw_cohort(found, own_round, self._rng),
             "senders_first": self.senders_first,
         }
         if self.selection == "signal":

@@ -138,8 +138,8 @@ class Node:
             seed=config.tasks.seed,
             selection=sapo.external_selection,
             novelty_window=sapo.novelty_window,
-            newcomer_slots=sapo.newcomer_slots,
-            earn_rounds=sapo.trust_after_rounds,
+            cohort_rounds=sapo.cohort_rounds,
+            cohort_ramp_rounds=sapo.cohort_ramp_rounds,
             senders_first=sapo.senders_first,
         )
         self.tasks = TaskStream(config.tasks, config.model.seed)

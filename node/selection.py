@@ -22,10 +22,10 @@ of which tasks this node trained lately.
   share), ties broken by the caller's random order; it keeps the pool's guarantees: at
   most `per_sender_cap` per sender, each entry at most once (without replacement), and a
   task chosen twice in one call counts as seen for the second pick.
-- `draw_slots(...)`: the greedy draw under both rules, with the Sybil bounds of
-  `node.trust`: newcomers (senders not yet established here) share `newcomer_slots`
-  picks together, and `senders_first` spreads the picks over senders before it gives
-  any sender a second one.
+- `draw_slots(...)`: the greedy draw under both rules, with the Sybil bound of
+  `node.trust`: each pick first draws one of the arrival cohorts that have a candidate,
+  then takes that cohort's best; `senders_first` spreads the picks over senders before
+  it gives any sender a second one.
 
 Invariants: every function here is deterministic given its inputs; none drops a group
 for being stale (the pool filters staleness before calling); scores are >= 0.
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 
@@ -109,18 +109,15 @@ def select_by_signal(
     seen: dict[str, int],
     shares: Sequence[float] | None = None,
     *,
-    newcomer: Sequence[bool] | None = None,
-    newcomer_slots: int | None = None,
+    cohorts: Sequence[int] | None = None,
+    pick_cohort: Callable[[set[int]], int] | None = None,
     senders_first: bool = False,
 ) -> list[int]:
     """Indices of at most `count` candidates `(sender, task_key, rewards)`, highest
     `expected_signal` (times the candidate's `shares` entry, its trainable share; None:
     all 1) first (ties: lower index first, so pass candidates in random order), at most
     `per_sender_cap` per sender, each index once. `seen` counts recent trainings per
-    task key (not modified). The Sybil bounds (`node.trust`): candidates whose
-    `newcomer` flag is set take at most `newcomer_slots` picks together (None: no
-    bound); with `senders_first`, no sender gets a second pick while another sender
-    with an eligible candidate has none."""
+    task key (not modified). `cohorts`, `pick_cohort`, `senders_first`: as `draw_slots`."""
     if shares is not None and len(shares) != len(candidates):
         raise ValueError("one share per candidate")
     spread = [reward_std(rewards) for _, _, rewards in candidates]  # = expected_signal(r, 0)
@@ -132,8 +129,8 @@ def select_by_signal(
         count,
         per_sender_cap,
         seen,
-        newcomer=newcomer,
-        newcomer_slots=newcomer_slots,
+        cohorts=cohorts,
+        pick_cohort=pick_cohort,
         senders_first=senders_first,
     )
 
@@ -145,52 +142,49 @@ def draw_slots(
     per_sender_cap: int,
     seen: dict[str, int] | None,
     *,
-    newcomer: Sequence[bool] | None = None,
-    newcomer_slots: int | None = None,
+    cohorts: Sequence[int] | None = None,
+    pick_cohort: Callable[[set[int]], int] | None = None,
     senders_first: bool = False,
 ) -> list[int]:
     """The greedy draw behind both selection rules: repeatedly the eligible candidate
     `(sender, task_key)` with the highest `score / (1 + seen[task])` (`seen` None: the
     score alone; ties: lower index first), counting each pick's task as seen once more.
     Eligible: its sender below `per_sender_cap` picks (below 1 while, with
-    `senders_first`, some other sender with an eligible candidate has no pick yet), and,
-    for a `newcomer` candidate, fewer than `newcomer_slots` newcomer picks so far."""
+    `senders_first`, some other sender with an eligible candidate has none yet). With
+    `cohorts` (one per candidate: its sender's arrival cohort, `node.trust`), each pick
+    first asks `pick_cohort` for one of the cohorts that have an eligible candidate and
+    takes the best candidate of that cohort."""
     if len(scores) != len(candidates):
         raise ValueError("one score per candidate")
-    if newcomer is not None and len(newcomer) != len(candidates):
-        raise ValueError("one newcomer flag per candidate")
-    if newcomer_slots is not None and newcomer_slots < 0:
-        raise ValueError("newcomer_slots must be >= 0")
+    if cohorts is not None and (len(cohorts) != len(candidates) or pick_cohort is None):
+        raise ValueError("one cohort per candidate, and pick_cohort with them")
     chosen: list[int] = []
     per_sender: Counter[str] = Counter()
     seen_now: Counter[str] | None = None if seen is None else Counter(seen)
-    newcomers_taken = 0
     cap = 1 if senders_first else per_sender_cap
     remaining = list(range(len(candidates)))
     while len(chosen) < count and remaining:
-        best, best_score = -1, -1.0
-        for i in remaining:
-            sender, task = candidates[i]
-            if per_sender[sender] >= cap:
-                continue
-            is_new = newcomer is not None and newcomer[i]
-            if is_new and newcomer_slots is not None and newcomers_taken >= newcomer_slots:
-                continue
-            score = scores[i] if seen_now is None else scores[i] / (1 + seen_now[task])
-            if score > best_score:
-                best, best_score = i, score
-        if best < 0:
+        eligible = [i for i in remaining if per_sender[candidates[i][0]] < cap]
+        if not eligible:
             if cap < per_sender_cap:  # every sender had its first pick: now its others
                 cap = per_sender_cap
                 continue
-            break  # every remaining candidate is at a bound
+            break  # every remaining candidate's sender is at its cap
+        if cohorts is not None:
+            assert pick_cohort is not None
+            cohort = pick_cohort({cohorts[i] for i in eligible})
+            eligible = [i for i in eligible if cohorts[i] == cohort]
+        best, best_score = -1, -1.0
+        for i in eligible:
+            task = candidates[i][1]
+            score = scores[i] if seen_now is None else scores[i] / (1 + seen_now[task])
+            if score > best_score:
+                best, best_score = i, score
         sender, task = candidates[best]
         chosen.append(best)
         per_sender[sender] += 1
         if seen_now is not None:
             seen_now[task] += 1
-        if newcomer is not None and newcomer[best]:
-            newcomers_taken += 1
         remaining.remove(best)
     return chosen
 

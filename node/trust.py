@@ -1,37 +1,44 @@
-"""Trust a node earns for a sender: what decides how much of its learning new keys steer.
+"""Arrival cohorts: what keeps the number of keys from deciding what a node learns from.
 
-A key costs nothing, so the number of keys must not decide who fills a node's J external
-slots: 8 Sybil keys sending bait that passes every check took every slot of a 4/4 signal
-node (`docs/sapo_grid.md`). This module keeps, per sender, only what this node measured
-itself, and turns it into one question: is this sender *established* here yet?
+A key costs nothing, so a node cannot let the number of keys decide who fills its J
+external slots: 8 Sybil keys sending bait that passes every check took every slot of a
+4/4 signal node (`docs/sapo_grid.md`). Nothing in a bait group is provably wrong, and a
+sender's effect on this node's reward is far below what a node can measure (at the tiny
+model's scale one group moves a round's reward by ~3e-4 against a round-to-round noise of
+~0.05: `docs/sybil.md`). What a node does know, from its own records alone, is *when* it
+first heard of each sender. Keys minted together and sent together arrive together; so:
 
-- `SenderHistory`: the own round of the sender's first verified group here, the number of
-  distinct own rounds in which it delivered verified groups (`active_rounds`), and the
-  last such round.
-- A sender is established once `active_rounds >= earn_rounds`: it kept delivering groups
-  that passed this node's re-scoring for that many of this node's rounds. Until then it
-  is a *newcomer*, and all newcomers together share `newcomer_slots` of the J slots per
-  round (`node.selection.select_by_signal`, `node.pool.RolloutPool.select`): 8 or 800
-  fresh keys get the same budget as one, and a genuine newcomer still gets slots from its
-  first round (it competes only with other newcomers for them).
-- A blamed refusal (a forged reward claim, a mismatched prompt: what `node.intake` blames
-  on the sender) restarts the sender's count: trust is lost faster than it is earned.
+- A sender's *cohort* is the window of `cohort_rounds` own rounds in which this node
+  first accepted a group of it, counted from the first sender it ever accepted.
+  Honest nodes that start together form one cohort; a wave of 8 or 800 fresh keys,
+  another.
+- Each external slot goes to a cohort drawn at random with weight
+  `min(1, (age + 1) / ramp_rounds)` (`age`: own rounds since the cohort's window
+  opened), among the cohorts with a usable group; within the cohort, the selection rule
+  decides as before (`node.selection.draw_slots`). So a wave of fresh keys, however many,
+  gets a share that starts near 1/`ramp_rounds` of an established cohort's and grows to
+  an equal one over `ramp_rounds` rounds; a genuine newcomer is its own cohort and is
+  treated the same. With one cohort (a swarm that started together, or a node alone
+  with its first peers) nothing changes.
+- A refusal blamed on a sender (forged rewards, a mismatched prompt: what `node.intake`
+  blames) moves it to the cohort of the current round: its age starts again.
+
+What it does not do: tell apart keys that arrived together with the honest peers (they
+share the honest cohort), nor an attacker that spreads its keys over many windows (each
+becomes a cohort of its own once old enough): time is the only cost it imposes.
 
 Invariants: pure bookkeeping of this node's own observations (no peer's word enters);
 bounded (`max_senders`: the least recently active sender is forgotten first, so a flood
-of fresh keys forgets other fresh keys before established ones, which are active every
-round); deterministic; persisted with the pool's state so that a restart does not make
-every peer a newcomer again.
-
-What it does not do: tell apart keys that arrived together with the honest peers and keep
-behaving (tenure cannot), or measure the effect a sender's groups had on this node's
-reward (at the tiny model's scale one group moves the round's reward by ~3e-4 against a
-round-to-round noise of ~0.05: `docs/sybil.md`).
+of fresh keys forgets other fresh keys before the senders active every round);
+deterministic given the caller's RNG; persisted with the pool's state, so that a restart
+keeps every sender's cohort.
 """
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,24 +49,31 @@ MAX_SENDERS = 4096
 @dataclass
 class SenderHistory:
     first_round: int
-    """Our round when its first verified group arrived."""
-    active_rounds: int = 0
-    """Distinct own rounds with at least one verified group of it (since its last blame)."""
-    last_round: int = -1
-    """Our last round with a verified group of it."""
+    """Our round when its first accepted group arrived (or its last blame)."""
+    last_round: int
+    """Our last round with an accepted group of it."""
 
 
 class TrustBook:
-    """Per-sender histories and the established / newcomer split (see the module doc)."""
+    """Per-sender first sightings and the cohorts they make (see the module doc)."""
 
-    def __init__(self, earn_rounds: int, max_senders: int = MAX_SENDERS) -> None:
-        if earn_rounds < 0:
-            raise ValueError("earn_rounds must be >= 0")
+    def __init__(
+        self, cohort_rounds: int, ramp_rounds: int = 32, max_senders: int = MAX_SENDERS
+    ) -> None:
+        if cohort_rounds < 0:
+            raise ValueError("cohort_rounds must be >= 0")
+        if ramp_rounds < 1:
+            raise ValueError("ramp_rounds must be >= 1")
         if max_senders < 1:
             raise ValueError("max_senders must be >= 1")
-        self.earn_rounds = earn_rounds
+        self.cohort_rounds = cohort_rounds
+        self.ramp_rounds = ramp_rounds
         self.max_senders = max_senders
         self._senders: OrderedDict[str, SenderHistory] = OrderedDict()
+        self._origin: int | None = None
+        """Our round when we accepted the first group of anyone (cohort 0 opens then)."""
+        self._latest = 0
+        """Our latest round with an accepted group (what a blame counts as now)."""
 
     def __len__(self) -> int:
         return len(self._senders)
@@ -69,39 +83,59 @@ class TrustBook:
 
     def note_verified(self, sender: str, own_round: int) -> None:
         """A group of `sender` passed our checks in our round `own_round`."""
+        if self._origin is None:
+            self._origin = own_round
+        self._latest = max(self._latest, own_round)
         history = self._senders.get(sender)
         if history is None:
-            history = self._senders[sender] = SenderHistory(first_round=own_round)
+            history = self._senders[sender] = SenderHistory(own_round, own_round)
             while len(self._senders) > self.max_senders:
                 self._senders.popitem(last=False)
-        if own_round != history.last_round:
-            history.active_rounds += 1
-            history.last_round = own_round
+        history.last_round = max(history.last_round, own_round)
         self._senders.move_to_end(sender)
 
     def note_blamed(self, sender: str) -> None:
-        """`sender` sent something our checks blame on it: it earns trust from zero again."""
+        """`sender` sent something our checks blame on it: it joins the current cohort
+        (that of our latest round with an accepted group)."""
         history = self._senders.get(sender)
         if history is not None:
-            history.active_rounds = 0
-            history.last_round = -1
+            history.first_round = max(history.first_round, self._latest)
 
-    def established(self, sender: str) -> bool:
-        """True once `sender` delivered verified groups in `earn_rounds` of our rounds."""
-        if self.earn_rounds == 0:
-            return True
+    def cohort(self, sender: str) -> int:
+        """The sender's cohort (0: the first; a sender never accepted: the newest)."""
         history = self._senders.get(sender)
-        return history is not None and history.active_rounds >= self.earn_rounds
+        if self.cohort_rounds == 0 or self._origin is None or history is None:
+            return 0 if self.cohort_rounds == 0 or self._origin is None else 1 << 30
+        return (history.first_round - self._origin) // self.cohort_rounds
+
+    def weight(self, cohort: int, own_round: int) -> float:
+        """A cohort's draw weight at our round `own_round` (in (0, 1])."""
+        if self.cohort_rounds == 0 or self._origin is None:
+            return 1.0
+        opened = self._origin + cohort * self.cohort_rounds
+        age = max(own_round - opened, 0)
+        return min(1.0, (age + 1) / self.ramp_rounds)
+
+    def draw_cohort(self, cohorts: Iterable[int], own_round: int, rng: random.Random) -> int:
+        """One of `cohorts` (non-empty), drawn with `weight` (sorted first: the draw
+        depends only on the set and the RNG)."""
+        ordered = sorted(set(cohorts))
+        if len(ordered) == 1:
+            return ordered[0]
+        weights = [self.weight(c, own_round) for c in ordered]
+        return rng.choices(ordered, weights=weights)[0]
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "senders": [
-                [sender, h.first_round, h.active_rounds, h.last_round]
-                for sender, h in self._senders.items()
-            ]
+            "origin": self._origin,
+            "latest": self._latest,
+            "senders": [[s, h.first_round, h.last_round] for s, h in self._senders.items()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._senders.clear()
-        for sender, first, active, last in state.get("senders", [])[-self.max_senders :]:
-            self._senders[str(sender)] = SenderHistory(int(first), int(active), int(last))
+        origin = state.get("origin")
+        self._origin = None if origin is None else int(origin)
+        self._latest = int(state.get("latest", 0))
+        for sender, first, last in state.get("senders", [])[-self.max_senders :]:
+            self._senders[str(sender)] = SenderHistory(int(first), int(last))

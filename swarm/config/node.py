@@ -77,18 +77,16 @@ class SapoConfig(StrictModel):
     first (`node.selection.expected_signal`: the re-scored rewards' standard deviation,
     largest at a pass rate of 1/2, times the task's novelty, lower for a task this node
     trained in its last `novelty_window` rounds); ties at random."""
-    newcomer_slots: int = Field(1, ge=0, le=256)
-    """At most this many of the J external groups per round come from senders that are
-    not yet established here, all of them together. A key costs
-    nothing: this is what keeps 8 or 800 fresh keys to the budget of one
-    (`node.trust`, `docs/sybil.md`). A genuine newcomer still gets slots from its first
-    round, shared with the other newcomers."""
-    trust_after_rounds: int = Field(8, ge=0, le=100_000)
-    """A sender is established once groups of it passed this node's checks in this many
-    distinct rounds of ours; a refusal blamed on it (forged rewards, a mismatched
-    prompt) restarts its count. 0: every sender is established at once (the newcomer
-    bound off)."""
-    senders_first: bool = True
+    cohort_rounds: int = Field(8, ge=0, le=100_000)
+    """Senders this node first accepted a group of within the same window of this many
+    of its rounds form one arrival cohort, and each external slot goes to a cohort drawn
+    by age (`cohort_ramp_rounds`) before the selection rule picks within it. A key costs
+    nothing: this keeps a wave of 8 or 800 fresh keys to the share of one newcomer
+    (`node.trust`, `docs/sybil.md`). 0: one cohort (the bound off)."""
+    cohort_ramp_rounds: int = Field(32, ge=1, le=100_000)
+    """A new cohort's draw weight is (its age + 1) / this, up to 1: its share of the
+    slots grows to an older cohort's over this many of our rounds."""
+    senders_first: bool = False
     """Spread the J picks over senders: no sender gets a second group while another
     sender with a usable group has none (then `per_sender_cap` applies)."""
     novelty_window: int = Field(8, ge=0, le=1024)

@@ -1,8 +1,9 @@
-"""Trust earned per sender (`node.trust`) and the Sybil bounds of the external draw
+"""Arrival cohorts (`node.trust`) and the cohort draw of the external slots
 (`node.selection.draw_slots`, `node.pool.RolloutPool.select`)."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
@@ -19,79 +20,99 @@ HALF = (1.0,) * 4 + (0.0,) * 4
 QUARTER = (1.0,) * 2 + (0.0,) * 6
 
 
-def test_a_sender_is_established_after_earn_rounds_distinct_rounds() -> None:
-    book = TrustBook(earn_rounds=3)
-    for _ in range(5):  # many groups in one round count once
-        book.note_verified("a", own_round=0)
-    assert not book.established("a")
-    book.note_verified("a", 1)
-    assert not book.established("a")
-    book.note_verified("a", 4)  # rounds need not be consecutive
-    assert book.established("a")
-    history = book.history("a")
-    assert history is not None and (history.first_round, history.active_rounds) == (0, 3)
-    assert not book.established("never-seen")
-    assert TrustBook(earn_rounds=0).established("never-seen")
+def test_senders_first_seen_in_one_window_share_a_cohort() -> None:
+    book = TrustBook(cohort_rounds=8, ramp_rounds=32)
+    book.note_verified("a", 3)  # the first sender ever: cohort 0 opens at our round 3
+    book.note_verified("b", 10)
+    book.note_verified("late", 11)
+    book.note_verified("later", 40)
+    assert [book.cohort(s) for s in ("a", "b", "late", "later")] == [0, 0, 1, 4]
+    book.note_verified("a", 50)  # later groups do not move a sender
+    assert book.cohort("a") == 0
+    # Weights grow with the cohort's age (since its window opened) up to 1.
+    assert book.weight(0, 3) == pytest.approx(1 / 32)
+    assert book.weight(0, 34) == 1.0
+    assert book.weight(4, 40) == pytest.approx(6 / 32)  # cohort 4 opened at round 35
+    assert TrustBook(cohort_rounds=0).cohort("anyone") == 0
 
 
-def test_a_blame_restarts_the_count() -> None:
-    book = TrustBook(earn_rounds=2)
+def test_a_blame_moves_the_sender_to_the_current_cohort() -> None:
+    book = TrustBook(cohort_rounds=4)
     book.note_verified("a", 0)
-    book.note_verified("a", 1)
-    assert book.established("a")
+    book.note_verified("b", 20)
+    assert book.cohort("a") == 0
     book.note_blamed("a")
-    assert not book.established("a")
-    book.note_verified("a", 1)  # the round of the blame counts again
-    book.note_verified("a", 2)
-    assert book.established("a")
-    book.note_blamed("unknown")  # nothing to restart, nothing remembered
+    assert book.cohort("a") == 5  # as if first seen at our round 20
+    book.note_blamed("unknown")  # nothing to move, nothing remembered
     assert book.history("unknown") is None
 
 
+def test_the_draw_favours_old_cohorts_by_age_and_is_seeded() -> None:
+    book = TrustBook(cohort_rounds=8, ramp_rounds=32)
+    book.note_verified("honest", 0)
+    book.note_verified("wave", 40)  # cohort 5, opened at round 40
+    rng = random.Random(7)
+    at_arrival = Counter(book.draw_cohort([0, 5, 5], 40, rng) for _ in range(4000))
+    assert at_arrival[5] / 4000 == pytest.approx((1 / 32) / (1 + 1 / 32), abs=0.01)
+    grown = Counter(book.draw_cohort([0, 5], 71, rng) for _ in range(4000))
+    assert grown[5] / 4000 == pytest.approx(0.5, abs=0.03)
+    assert book.draw_cohort([5], 40, rng) == 5  # one cohort: no draw
+    again = [book.draw_cohort([0, 5], 50, random.Random(3)) for _ in range(3)]
+    assert len(set(again)) == 1
+
+
 def test_a_flood_of_fresh_keys_forgets_fresh_keys_before_active_ones() -> None:
-    book = TrustBook(earn_rounds=2, max_senders=4)
+    book = TrustBook(cohort_rounds=2, max_senders=4)
     for own_round in range(3):
         book.note_verified("honest", own_round)
         for k in range(3):
             book.note_verified(f"sybil-{own_round}-{k}", own_round)
     assert len(book) == 4
-    assert book.established("honest")
+    assert book.history("honest") is not None and book.cohort("honest") == 0
     assert book.history("sybil-0-0") is None  # the oldest fresh keys went first
 
 
-def test_trust_survives_a_checkpoint() -> None:
-    book = TrustBook(earn_rounds=2)
-    book.note_verified("a", 0)
-    book.note_verified("a", 1)
-    book.note_verified("b", 1)
-    copy = TrustBook(earn_rounds=2)
+def test_cohorts_survive_a_checkpoint() -> None:
+    book = TrustBook(cohort_rounds=2)
+    book.note_verified("a", 5)
+    book.note_verified("b", 9)
+    book.note_blamed("a")
+    copy = TrustBook(cohort_rounds=2)
     copy.load_state_dict(book.state_dict())
-    assert copy.established("a") and not copy.established("b")
-    assert copy.history("b") == book.history("b")
+    assert [copy.cohort(s) for s in ("a", "b")] == [book.cohort(s) for s in ("a", "b")] == [2, 2]
+    assert copy.weight(0, 9) == book.weight(0, 9)
 
 
-def test_newcomers_share_one_budget_however_many_keys_they_hold() -> None:
+def test_a_wave_of_any_size_gets_what_its_cohort_is_drawn() -> None:
     for keys in (1, 8, 800):
         candidates = [("honest", f"h{i}") for i in range(4)]
         candidates += [(f"sybil{k}", f"s{k}") for k in range(keys)]
         scores = [0.3] * 4 + [0.5] * keys  # the bait always has the largest spread
-        newcomer = [False] * 4 + [True] * keys
-        picked = draw_slots(candidates, scores, 4, 4, {}, newcomer=newcomer, newcomer_slots=1)
+        cohorts = [0] * 4 + [1] * keys
+        picks = iter([1, 0, 0, 0])  # the draw gives the wave one slot of four
+        picked = draw_slots(
+            candidates, scores, 4, 4, {}, cohorts=cohorts, pick_cohort=lambda _, p=picks: next(p)
+        )
         senders = [candidates[i][0] for i in picked]
-        assert len(picked) == 4
-        assert sum(s.startswith("sybil") for s in senders) == 1, keys
-    # Without the bound the bait takes every slot (the measured gap of docs/sapo_grid.md).
+        assert senders.count("honest") == 3 and len(picked) == 4, keys
+    # Without cohorts the bait takes every slot (the measured gap of docs/sapo_grid.md).
     picked = draw_slots(candidates, scores, 4, 4, {})
     assert all(candidates[i][0].startswith("sybil") for i in picked)
 
 
-def test_the_budget_is_not_lent_to_newcomers_when_established_senders_have_nothing() -> None:
-    candidates = [(f"new{k}", f"t{k}") for k in range(6)]
-    picked = draw_slots(candidates, [1.0] * 6, 4, 2, None, newcomer=[True] * 6, newcomer_slots=1)
-    assert len(picked) == 1
-    assert (
-        draw_slots(candidates, [1.0] * 6, 4, 2, None, newcomer=[True] * 6, newcomer_slots=0) == []
-    )
+def test_the_draw_only_offers_cohorts_with_an_eligible_candidate() -> None:
+    candidates = [("a", "a1"), ("a", "a2"), ("b", "b1")]
+    offered: list[set[int]] = []
+
+    def pick(found: set[int]) -> int:
+        offered.append(found)
+        return max(found)
+
+    picked = draw_slots(candidates, [1.0] * 3, 3, 1, None, cohorts=[0, 0, 1], pick_cohort=pick)
+    assert [candidates[i][0] for i in picked] == ["b", "a"]  # a's second is over its cap
+    assert offered == [{0, 1}, {0}]
+    with pytest.raises(ValueError, match="one cohort per candidate"):
+        draw_slots(candidates, [1.0] * 3, 1, 1, None, cohorts=[0])
 
 
 def test_senders_first_spreads_picks_before_giving_a_second_one() -> None:
@@ -101,74 +122,74 @@ def test_senders_first_spreads_picks_before_giving_a_second_one() -> None:
     assert sorted(candidates[i][0] for i in spread) == ["a", "b", "c"]
     greedy = draw_slots(candidates, scores, 3, 2, None)
     assert [candidates[i][0] for i in greedy] == ["a", "a", "c"]
-    # Once every sender has one, the per-sender cap applies again.
     more = draw_slots(candidates, scores, 5, 2, None, senders_first=True)
     assert Counter(candidates[i][0] for i in more) == {"a": 2, "b": 1, "c": 1}
 
 
-def test_select_by_signal_keeps_its_order_within_the_bounds() -> None:
-    rewards = [HALF, QUARTER, HALF, QUARTER]
-    candidates = [("n", "t0", rewards[0]), ("e", "t1", rewards[1])]
-    candidates += [("n2", "t2", rewards[2]), ("e", "t3", rewards[3])]
-    picked = select_by_signal(
-        candidates, 3, 2, {}, newcomer=[True, False, True, False], newcomer_slots=1
-    )
-    assert picked == [0, 1, 3]  # the best newcomer, then the established sender's two
-    with pytest.raises(ValueError, match="newcomer flag"):
-        draw_slots([("a", "t")], [1.0], 1, 1, None, newcomer=[])
+def test_select_by_signal_picks_by_signal_within_the_drawn_cohort() -> None:
+    candidates = [("n", "t0", HALF), ("e", "t1", QUARTER), ("e", "t2", HALF)]
+    picked = select_by_signal(candidates, 1, 2, {}, cohorts=[1, 0, 0], pick_cohort=min)
+    assert picked == [2]
 
 
 def _group(index: int) -> RolloutGroup:
     return RolloutGroup(TaskRef("add", 0, index), f"{index}+1=", ("1",) * 8, HALF, "m", 0)
 
 
-def _pool(selection: str) -> RolloutPool:
+def _pool(selection: str, cohort_rounds: int = 4) -> RolloutPool:
     return RolloutPool(
-        max_groups=1024,
-        max_bytes=1 << 20,
+        max_groups=4096,
+        max_bytes=1 << 24,
         rule=StalenessRule(2, 4),
         per_sender_cap=2,
         selection=selection,  # type: ignore[arg-type]
-        newcomer_slots=1,
-        earn_rounds=3,
-        senders_first=True,
+        cohort_rounds=cohort_rounds,
+        cohort_ramp_rounds=8,
     )
 
 
 @pytest.mark.parametrize("selection", ["uniform", "signal"])
-def test_pool_gives_newcomers_one_slot_until_they_earned_trust(selection: str) -> None:
-    pool = _pool(selection)
-    index = 0
-    newcomer_share, drawn = [], []
-    for own_round in range(5):
-        for sender in ("honest-1", "honest-2", *(f"sybil-{k}" for k in range(8))):
-            if sender.startswith("honest") or own_round >= 3:  # sybils arrive at round 3
+def test_a_late_wave_of_keys_gets_a_share_that_grows_with_its_age(selection: str) -> None:
+    honest = [f"honest-{i}" for i in range(3)]
+    wave = [f"sybil-{k}" for k in range(32)]
+    shares, pools = {}, {}
+    for cohort_rounds in (4, 0):
+        pool, index, share = _pool(selection, cohort_rounds), 0, []
+        pools[cohort_rounds] = pool
+        for own_round in range(24):
+            senders = honest + (wave if own_round >= 8 else [])  # the wave arrives at round 8
+            for sender in senders:
                 for _ in range(2):
                     index += 1
-                    group = _group(index)
                     assert (
-                        pool.add(sender, group, HALF, own_round=own_round, sender_version=0, now=0)
+                        pool.add(
+                            sender,
+                            _group(index),
+                            HALF,
+                            own_round=own_round,
+                            sender_version=0,
+                            now=0,
+                        )
                         is None
                     )
-        chosen = pool.select(4, own_round, lambda s: 0, 0.0)
-        newcomer_share.append(sum(e.sender.startswith("sybil") for e in chosen))
-        drawn.append(len(chosen))
-    # Rounds 0-1: the honest senders are newcomers too (one slot between them); from
-    # round 2 they are established. The 8 sybil keys arriving at round 3 share one slot.
-    assert drawn == [1, 1, 4, 4, 4]
-    assert newcomer_share == [0, 0, 0, 1, 1]
-    assert not pool.trust.established("sybil-0")  # 2 rounds of 3: it earns it in a third
-    state = pool.state_dict()
-    again = _pool(selection)
-    again.load_state_dict(state)
-    assert again.trust.established("honest-1") and not again.trust.established("sybil-0")
+            chosen = pool.select(4, own_round, lambda s: 0, 0.0)
+            assert len(chosen) == 4
+            share.append(sum(e.sender.startswith("sybil") for e in chosen) / 4)
+        shares[cohort_rounds] = share
+    defended, open_ = shares[4], shares[0]
+    # Open: 32 keys against 3 honest senders take almost every slot from their arrival.
+    assert sum(open_[8:]) / 16 > 0.8
+    # Defended: little at first, at most about half once the wave's cohort is grown.
+    assert sum(defended[8:12]) / 4 < 0.35
+    assert sum(defended[8:]) / 16 < 0.6
+    resumed = _pool(selection)
+    resumed.load_state_dict(pools[4].state_dict())
+    assert [resumed.trust.cohort(s) for s in ("honest-0", "sybil-0")] == [0, 2]
 
 
-def test_config_names_the_sybil_bounds() -> None:
+def test_config_names_the_cohort_bound() -> None:
     config = parse_config({})
-    assert (config.sapo.newcomer_slots, config.sapo.trust_after_rounds) == (1, 8)
-    assert config.sapo.senders_first
-    off = parse_config({"sapo": {"trust_after_rounds": 0}})
-    assert off.sapo.trust_after_rounds == 0
-    with pytest.raises(ConfigError, match=r"sapo\.newcomer_slots"):
-        parse_config({"sapo": {"newcomer_slots": -1}})
+    assert (config.sapo.cohort_rounds, config.sapo.cohort_ramp_rounds) == (8, 32)
+    assert parse_config({"sapo": {"cohort_rounds": 0}}).sapo.cohort_rounds == 0
+    with pytest.raises(ConfigError, match=r"sapo\.cohort_ramp_rounds"):
+        parse_config({"sapo": {"cohort_ramp_rounds": 0}})

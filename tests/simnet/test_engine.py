@@ -39,7 +39,8 @@ def test_every_round_is_recorded_with_virtual_time(tmp_path: Path) -> None:
         lines = records(tmp_path, node["name"])
         assert [r["round"] for r in lines] == list(range(1, 13))
         times = [r["time"] for r in lines]
-        assert times == sorted(times) and times[-1] < summary["virtual_s"] + 1e-9
+        # virtual_s is rounded to 6 decimals in the summary
+        assert times == sorted(times) and times[-1] <= summary["virtual_s"] + 1e-6
         # 2 groups x 1 s sampling + 4 groups x 0.5 s training + 1 s, with +-20% jitter
         assert all(3.2 <= r["seconds"]["total"] <= 6.0 for r in lines)
         assert node["policy_version"] == 12

@@ -1,0 +1,152 @@
+"""The Sybil grid (issue 35, `examples/scenarios/sybil/`): each attacker row against the
+honest swarm and the plain silo, paired by seed, and the slots the attacker took.
+
+    .venv/bin/python benchmarks/sybil_summary.py runs/sybil [--plot docs/sybil.png]
+
+Reads `<root>/<scenario>/<variant>/seed-<s>/run.json` and the nodes' `metrics.jsonl`, as
+`swarm simnet run examples/scenarios/sybil/<scenario>.toml -o <root>/<scenario>` writes
+them. Every scenario keeps the long grid's name (its swarm id, link model and node
+seeds), so seed s of any row pairs with seed s of `honest/open` (the honest swarm without
+the bounds: the reference) and `honest/i8-j0` (the plain silo).
+
+Per row: cumulative reward (the mean over the honest nodes of their summed per-round
+mean reward), its geometric-mean ratio to the honest swarm and to the silo over the
+seeds both have, with a 95% t-interval on the logs (`simnet.stats`), and the attacker's
+share of the honest nodes' external slots over the whole run and after it joined.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from simnet.stats import paired_ratio_interval, paired_ratios
+
+REFERENCE = ("honest", "open")
+SILO = ("honest", "i8-j0")
+
+
+def runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
+    """(scenario, variant) -> seed -> run folder (finished runs only)."""
+    out: dict[tuple[str, str], dict[int, Path]] = {}
+    for summary in sorted(root.glob("*/*/seed-*/run.json")):
+        folder = summary.parent
+        key = (folder.parents[1].name, folder.parent.name)
+        out.setdefault(key, {})[int(folder.name.removeprefix("seed-"))] = folder
+    return out
+
+
+def attacker_slots(folder: Path, run: dict[str, Any]) -> tuple[float, float | None]:
+    """The attacker keys' share of the honest nodes' external slots: over the whole
+    run, and over the rounds after the attacker's first slot anywhere (None: never)."""
+    keys = {k for a in run.get("attackers", []) for k in a["peer_ids"]}
+    total = taken = 0
+    per_round: dict[int, list[int]] = {}
+    for path in folder.glob("*/metrics.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if "external_by_sender" not in record:
+                continue
+            slots = record["external_by_sender"]
+            mine = sum(n for sender, n in slots.items() if sender in keys)
+            all_slots = sum(slots.values())
+            total += all_slots
+            taken += mine
+            row = per_round.setdefault(record["round"], [0, 0])
+            row[0] += mine
+            row[1] += all_slots
+    first = min((r for r, (mine, _) in per_round.items() if mine), default=None)
+    after = None
+    if first is not None:
+        mine = sum(m for r, (m, _) in per_round.items() if r >= first)
+        every = sum(a for r, (_, a) in per_round.items() if r >= first)
+        after = mine / every if every else None
+    return (taken / total if total else 0.0), after
+
+
+def table(root: Path) -> tuple[list[dict[str, Any]], str]:
+    found = runs(root)
+    cumulative = {
+        key: {
+            s: json.loads((f / "run.json").read_text())["cumulative_reward"]
+            for s, f in seeds.items()
+        }
+        for key, seeds in found.items()
+    }
+    reference, silo = cumulative.get(REFERENCE, {}), cumulative.get(SILO, {})
+    rows = []
+    lines = [
+        "| row | seeds | cumulative reward | vs honest swarm [95% CI] | vs plain silo [95% CI] "
+        "| attacker's slot share (whole run / after its first slot) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key in sorted(found):
+        values = cumulative[key]
+        mean = statistics.fmean(values.values())
+        spread = statistics.stdev(values.values()) if len(values) > 1 else 0.0
+        vs_honest = paired_ratios(values, reference)
+        vs_silo = paired_ratios(values, silo)
+        shares = [
+            attacker_slots(f, json.loads((f / "run.json").read_text())) for f in found[key].values()
+        ]
+        whole = statistics.fmean(s[0] for s in shares)
+        afters = [s[1] for s in shares if s[1] is not None]
+        after = statistics.fmean(afters) if afters else None
+        row = {
+            "row": f"{key[0]}/{key[1]}",
+            "seeds": sorted(values),
+            "mean": mean,
+            "honest": paired_ratio_interval(vs_honest) if vs_honest else None,
+            "silo": paired_ratio_interval(vs_silo) if vs_silo else None,
+            "slots": whole,
+            "slots_after": after,
+        }
+        rows.append(row)
+        lines.append(
+            f"| {row['row']} | {len(values)} | {mean:.2f} ± {spread:.2f} "
+            f"| {row['honest'].text() if row['honest'] else '-'} "
+            f"| {row['silo'].text() if row['silo'] else '-'} "
+            f"| {100 * whole:.0f}% / {'-' if after is None else f'{100 * after:.0f}%'} |"
+        )
+    return rows, "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r["honest"] is not None and r["row"] != "/".join(REFERENCE)]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(shown) + 1.2))
+    for y, row in enumerate(shown):
+        ci = row["honest"]
+        color = "tab:green" if row["row"].endswith("defended") else "tab:gray"
+        ax.plot([ci.low or ci.mean, ci.high or ci.mean], [y, y], color=color, lw=2)
+        ax.plot([ci.mean], [y], "o", color=color)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.axvline(0.9, color="tab:red", lw=0.8, ls="--", label="target 0.9x")
+    ax.set_yticks(range(len(shown)), [r["row"] for r in shown])
+    ax.set_xlabel("cumulative reward / honest swarm's (paired by seed, 95% CI)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--plot", type=Path, help="write the ratios to the honest swarm here")
+    args = parser.parse_args()
+    rows, text = table(args.root)
+    print(text)
+    if args.plot is not None:
+        plot(rows, args.plot)
+        print(f"wrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

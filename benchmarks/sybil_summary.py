@@ -13,6 +13,10 @@ Per row: cumulative reward (the mean over the honest nodes of their summed per-r
 mean reward), its geometric-mean ratio to the honest swarm and to the silo over the
 seeds both have, with a 95% t-interval on the logs (`simnet.stats`), and the attacker's
 share of the honest nodes' external slots over the whole run and after it joined.
+
+`late_joiner` runs (an honest 9th node joining at about round 50) get a table of their
+own: the share of the 8 other nodes' external slots that went to the newcomer, per 10
+of its rounds, next to an average established sender's share.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from simnet.stats import paired_ratio_interval, paired_ratios
 
+LATE_JOINER = "late_joiner"
 REFERENCE = ("honest", "open")
 SILO = ("honest", "i8-j0")
 
@@ -84,6 +89,8 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
         "|---|---|---|---|---|---|",
     ]
     for key in sorted(found):
+        if key[0] == LATE_JOINER:
+            continue
         values = cumulative[key]
         mean = statistics.fmean(values.values())
         spread = statistics.stdev(values.values()) if len(values) > 1 else 0.0
@@ -112,6 +119,47 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
             f"| {100 * whole:.0f}% / {'-' if after is None else f'{100 * after:.0f}%'} |"
         )
     return rows, "\n".join(lines)
+
+
+def late_joiner_shares(folder: Path, bins: int = 6, width: int = 10) -> list[float]:
+    """Per `width` of the newcomer's rounds: its share of the other nodes' external
+    slots (each of them has 8 senders then: a fair share is 1/8)."""
+    run = json.loads((folder / "run.json").read_text())
+    late = next(n for n in run["nodes"] if n["group"] == "late")
+    times = sorted(
+        json.loads(line)["time"]
+        for line in (folder / late["name"] / "metrics.jsonl").read_text().splitlines()
+    )
+    got = [[0, 0] for _ in range(bins)]  # [the newcomer's slots, all slots]
+    for node in run["nodes"]:
+        if node["name"] == late["name"]:
+            continue
+        for line in (folder / node["name"] / "metrics.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            done = sum(1 for t in times if t <= record["time"])  # the newcomer's rounds
+            if not times or record["time"] < times[0] or done // width >= bins:
+                continue
+            slots = record["external_by_sender"]
+            got[done // width][0] += slots.get(late["peer_id"], 0)
+            got[done // width][1] += sum(slots.values())
+    return [mine / every if every else 0.0 for mine, every in got]
+
+
+def late_joiner_table(root: Path) -> str:
+    found = {k: v for k, v in runs(root).items() if k[0] == LATE_JOINER}
+    if not found:
+        return ""
+    lines = [
+        "| variant | seeds | "
+        + " | ".join(f"rounds {10 * b}-{10 * b + 9}" for b in range(6))
+        + " |",
+        "|---|---|" + "---|" * 6,
+    ]
+    for key, seeds in sorted(found.items()):
+        per_seed = [late_joiner_shares(f) for f in seeds.values()]
+        cells = [f"{100 * statistics.fmean(s[b][0] for s in per_seed):.1f}%" for b in range(6)]
+        lines.append(f"| {key[1]} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> None:
@@ -143,6 +191,13 @@ def main() -> None:
     args = parser.parse_args()
     rows, text = table(args.root)
     print(text)
+    late = late_joiner_table(args.root)
+    if late:
+        print(
+            "\nThe honest newcomer's share of the other nodes' external slots, by its rounds"
+            " (a fair share: 1 of 8 senders, 12.5%):\n"
+        )
+        print(late)
     if args.plot is not None:
         plot(rows, args.plot)
         print(f"wrote {args.plot}")

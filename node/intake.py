@@ -13,6 +13,12 @@ Invariants:
   enters the pool earns its sender `CREDIT_PER_GROUP`.
 - Staleness is judged with numbers measured here: the arrival round and time stamped by
   `handle`, and `sender_versions` (each sender's newest envelope by seq).
+- A group whose question and completions another sender's accepted group already had is
+  dropped (`copied_group`, counted, not blamed: the copy may have won the race to us).
+  Nobody samples another node's 8 completions by chance, so copies are re-sent work:
+  they would train one group twice and let a key farm the cohort of an honest peer's
+  arrival (`node.trust`). The owners of the last `MAX_GROUP_OWNERS` accepted groups are
+  kept.
 - Memory is bounded: the peers table, fault counts and sender versions keep at most
   `MAX_PEERS_TRACKED` peers (least recently seen forgotten first; in the peers table,
   peers with verified groups only once no unverified one is among the oldest
@@ -22,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
@@ -61,8 +68,11 @@ NOT_THE_PEERS_FAULT = frozenset(
         "admission_full",
         "rescore_queue_full",
         "nondeterministic_task",
+        "copied_group",
     }
 )
+MAX_GROUP_OWNERS = 16384
+"""Accepted groups whose first sender is remembered (for `copied_group`)."""
 CREDIT_PER_GROUP = 0.5
 """Score credit for a peer's group that passed re-scoring and entered the pool."""
 WAIT_POLL_S = 0.2
@@ -121,6 +131,8 @@ class Intake:
         """Clock time of the first hello from a peer (None: alone so far)."""
         self.new_peer = asyncio.Event()
         """Set by a hello from a peer not in the table (the node answers with its own)."""
+        self.group_owners: OrderedDict[bytes, str] = OrderedDict()
+        """Digest of an accepted group's question and completions -> its first sender."""
 
     async def wait_for_peers(self, count: int, timeout_s: float, stop: asyncio.Event) -> None:
         """Until `count` peers said hello, `timeout_s` passed or `stop` is set."""
@@ -234,6 +246,11 @@ class Intake:
             if group.task.seed in self.held_out_seeds:
                 self.drop("held_out_task", sender)  # counted, not blamed
                 continue
+            digest = group_digest(group.prompt, group.completions)
+            owner = self.group_owners.get(digest)
+            if owner is not None and owner != sender:
+                self.drop("copied_group", sender)  # counted, not blamed
+                continue
             try:
                 rescored = await self.rescorer.rescore(group)
             except Refused as refused:
@@ -258,6 +275,10 @@ class Intake:
                 trainable_share=share,
             )
             if refused_by_pool is None:
+                self.group_owners[digest] = sender
+                self.group_owners.move_to_end(digest)
+                if len(self.group_owners) > MAX_GROUP_OWNERS:
+                    self.group_owners.popitem(last=False)
                 self.gossip.credit(sender, CREDIT_PER_GROUP)
                 if sender in self.peers:
                     self.peers[sender].note_verified(rescored.rewards)
@@ -273,3 +294,14 @@ class Intake:
             if len(self.peer_faults) > MAX_PEERS_TRACKED:
                 del self.peer_faults[next(iter(self.peer_faults))]
             self.gossip.penalize(sender, reason)
+
+
+def group_digest(prompt: str, completions: tuple[str, ...]) -> bytes:
+    """What makes two groups copies of each other: the question and every completion,
+    in order (unambiguous: each text length-prefixed)."""
+    digest = hashlib.sha256()
+    for text in (prompt, *completions):
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.digest()

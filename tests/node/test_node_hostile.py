@@ -158,3 +158,46 @@ def test_a_flood_of_fresh_keys_cannot_push_a_contributing_peer_out_of_the_table(
     assert len(intake.peers) == 64
     assert "honest" in intake.peers and "quiet" not in intake.peers
     assert "fresh-999" in intake.peers
+
+
+def test_a_group_re_sent_under_another_key_is_dropped_as_a_copy(tmp_path: Path) -> None:
+    """Issue 35's trust farmer re-signs honest peers' groups as its own: a copy would be
+    trained twice and earn the copier the honest peer's arrival cohort. The copy is
+    counted (`copied_group`), not blamed (it may have won the race), and the honest
+    sender's group is used; a different group from the second key still is."""
+    network = MemoryNetwork("copies")
+    config = stub_config(tmp_path, "victim")
+    node = stub_node(config, network)
+    honest, copier = Identity.from_seed(b"\x41" * 32), Identity.from_seed(b"\x42" * 32)
+    topic = rollouts_topic(config.node.swarm_id)
+
+    async def send() -> None:
+        transports = []
+        for identity in (honest, copier):
+            raw = MemoryTransport(MemoryTransportConfig(), identity, network=network)
+            await raw.start()
+            await raw.subscribe(topic)
+            transports.append(raw)
+        while node.rounds_done < 2:
+            await asyncio.sleep(0)
+        original = _group(index=3)
+        await transports[0].publish(topic, _rollouts(honest, original, config.node.swarm_id, 1, 0))
+        while not node.intake.group_owners and node.rounds_done < 8:  # the original first
+            await asyncio.sleep(0)
+        for seq, group in enumerate([original, _group(index=4)]):
+            data = _rollouts(copier, group, config.node.swarm_id, seq + 1, 0)
+            await transports[1].publish(topic, data)
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(node.run(8), send())
+
+    asyncio.run(main())
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    assert records[-1]["drops"].get("copied_group") == 1
+    assert node.peer_faults[copier.peer_id] == 0
+    used = {
+        key: sum(r["external_by_sender"].get(key.peer_id, 0) for r in records)
+        for key in (honest, copier)
+    }
+    assert used == {honest: 1, copier: 1}

@@ -32,6 +32,8 @@ from simnet.stats import paired_ratio_interval, paired_ratios
 LATE_JOINER = "late_joiner"
 REFERENCE = ("honest", "open")
 SILO = ("honest", "i8-j0")
+OPEN = {"defended": "open", "i4-j4-signal-wild": "i4-j4-signal-wild-open"}
+"""A defended variant -> the same scenario's variant without cohorts."""
 
 
 def runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
@@ -85,8 +87,8 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
     rows = []
     lines = [
         "| row | seeds | cumulative reward | vs honest swarm [95% CI] | vs plain silo [95% CI] "
-        "| attacker's slot share (whole run / after its first slot) |",
-        "|---|---|---|---|---|---|",
+        "| vs the same row open | attacker's slot share (whole run / after its first slot) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for key in sorted(found):
         if key[0] == LATE_JOINER:
@@ -96,6 +98,8 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
         spread = statistics.stdev(values.values()) if len(values) > 1 else 0.0
         vs_honest = paired_ratios(values, reference)
         vs_silo = paired_ratios(values, silo)
+        open_key = (key[0], OPEN.get(key[1], ""))
+        vs_open = paired_ratios(values, cumulative[open_key]) if open_key in cumulative else []
         shares = [
             attacker_slots(f, json.loads((f / "run.json").read_text())) for f in found[key].values()
         ]
@@ -108,6 +112,7 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
             "mean": mean,
             "honest": paired_ratio_interval(vs_honest) if vs_honest else None,
             "silo": paired_ratio_interval(vs_silo) if vs_silo else None,
+            "open": paired_ratio_interval(vs_open) if vs_open else None,
             "slots": whole,
             "slots_after": after,
         }
@@ -116,6 +121,7 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
             f"| {row['row']} | {len(values)} | {mean:.2f} ± {spread:.2f} "
             f"| {row['honest'].text() if row['honest'] else '-'} "
             f"| {row['silo'].text() if row['silo'] else '-'} "
+            f"| {row['open'].text() if row['open'] else '-'} "
             f"| {100 * whole:.0f}% / {'-' if after is None else f'{100 * after:.0f}%'} |"
         )
     return rows, "\n".join(lines)

@@ -94,6 +94,7 @@ def run_one(root: Path, setting: str, seed: int, rounds: int, nodes: int) -> dic
     asyncio.run(main())
     honest = members[:nodes]
     cumulative, share_bytes, fp32 = [], [], 0
+    merges = most_peers = 0
     for member in honest:
         records = read_metrics(member.data_dir / "metrics.jsonl")
         cumulative.append(sum(r["mean_local_reward"] or 0.0 for r in records))
@@ -103,10 +104,19 @@ def run_one(root: Path, setting: str, seed: int, rounds: int, nodes: int) -> dic
             if r.get("deltas") and r["deltas"].get("bytes_out")
         ]
         fp32 = 4 * sum(p.numel() for p in member.learner.model.parameters())
+        aggregates = [
+            r["deltas"]["aggregate"]
+            for r in records
+            if r.get("deltas") and r["deltas"].get("aggregate")
+        ]
+        merges += sum(1 for a in aggregates if a.get("peers", 0) > 0)
+        most_peers = max([most_peers, *(a.get("peers", 0) for a in aggregates)])
     return {
         "cumulative": statistics.fmean(cumulative),
         "bytes_per_share": statistics.fmean(share_bytes) if share_bytes else 0.0,
         "fp32": fp32,
+        "merges": merges,
+        "most_peers_merged": most_peers,
         "drops": sum(
             sum(read_metrics(m.data_dir / "metrics.jsonl")[-1]["drops"].values()) for m in honest
         ),

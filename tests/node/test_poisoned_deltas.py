@@ -20,6 +20,8 @@ def test_poisoned_deltas_do_not_hurt_honest_nodes(tmp_path: Path) -> None:
     off = run_one(tmp_path / "off", "no deltas", seed=0, rounds=12, nodes=3)
     poisoned = run_one(tmp_path / "poisoned", POISONED, seed=0, rounds=12, nodes=3)
     assert poisoned["bytes_per_share"] > 0  # deltas really were exchanged
+    # ...and merged, the poisoner's among them (2 honest peers + the poisoner per node).
+    assert poisoned["merges"] > 0 and poisoned["most_peers_merged"] == 3, poisoned
     assert math.isfinite(poisoned["cumulative"])
     # "Not worse than with delta sharing off": within 10% (one seed, 12 rounds).
     assert poisoned["cumulative"] >= 0.9 * off["cumulative"], (poisoned, off)

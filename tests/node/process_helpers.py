@@ -33,3 +33,14 @@ def wait_used(
         assert proc.poll() is None, f"exited with {proc.returncode}"
         assert time.monotonic() < deadline, f"no groups of {sender} in {timeout} s"
         time.sleep(0.2)
+
+
+def edit_config(text: str, *edits: tuple[str, str]) -> str:
+    """`text` with each `(old, new)` line replaced, each `old` found exactly once (a
+    template whose formatting changed fails here, not silently in the test's premise)."""
+    for old, new in edits:
+        found = text.count(old)
+        if found != 1:
+            raise AssertionError(f"config edit {old!r}: found {found} times, expected once")
+        text = text.replace(old, new)
+    return text

@@ -14,6 +14,7 @@ import pytest
 from node.checkpoints import latest_valid, round_of
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
+from tests.node.process_helpers import edit_config
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,7 @@ def test_three_join_processes_share_rollouts(tmp_path: Path) -> None:
 def test_sigkill_then_resume_continues(tmp_path: Path) -> None:
     configs = write_configs(1, 6, tmp_path)
     config = configs[0]
-    text = config.read_text().replace("checkpoint_every = 3", "checkpoint_every = 2")
+    text = edit_config(config.read_text(), ("checkpoint_every = 3", "checkpoint_every = 2"))
     config.write_text(text)
     data = tmp_path / "node-0"
     log = tmp_path / "node-0.log"

@@ -36,7 +36,7 @@ import pytest
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
-from tests.node.process_helpers import senders, wait_rounds
+from tests.node.process_helpers import edit_config, senders, wait_rounds
 
 pytestmark = pytest.mark.slow(seconds=120)
 
@@ -92,11 +92,11 @@ def _start_and_share(
 def test_a_late_joiner_shares_both_ways_and_again_after_a_kill(tmp_path: Path) -> None:
     config_a, config_b = write_configs(2, 1000, tmp_path)
     for config in (config_a, config_b):
-        text = config.read_text().replace("checkpoint_every = 500", "checkpoint_every = 2")
+        text = edit_config(config.read_text(), ("checkpoint_every = 500", "checkpoint_every = 2"))
         # A runs hundreds of rounds during this test: at the demo's learning rate it masters
         # the task and its groups carry no reward variance (refused as zero_variance, so
         # "used" would depend on learning). A slow learner keeps this a test of sharing.
-        text = text.replace("learning_rate = 0.0003", "learning_rate = 1e-06")
+        text = edit_config(text, ("learning_rate = 0.0003", "learning_rate = 1e-06"))
         config.write_text(text)
     node_a, node_b = (
         _Node(

@@ -30,7 +30,7 @@ import pytest
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
-from tests.node.process_helpers import wait_used
+from tests.node.process_helpers import edit_config, wait_used
 
 pytestmark = pytest.mark.slow(seconds=45)
 
@@ -47,9 +47,9 @@ def test_a_quick_peer_is_taken_up_also_by_a_node_stopped_for_a_while(tmp_path: P
     config_a, config_b = write_configs(2, 1000, tmp_path)
     for config in (config_a, config_b):
         # Slow learners: groups keep reward variance, so "used" does not hang on learning.
-        text = config.read_text().replace("learning_rate = 0.0003", "learning_rate = 1e-06")
+        text = edit_config(config.read_text(), ("learning_rate = 0.0003", "learning_rate = 1e-06"))
         if config == config_a:
-            text = text.replace("local_groups = 4", "local_groups = 1")
+            text = edit_config(text, ("local_groups = 4", "local_groups = 1"))
         else:
             text += f"\n[gossip]\nrate_limit_per_s = {RATE}\nrate_burst = {BURST}\n"
         config.write_text(text)

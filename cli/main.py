@@ -41,8 +41,11 @@ app = typer.Typer(
 )
 config_app = typer.Typer(no_args_is_help=True, help="Work with node config files.")
 app.add_typer(config_app, name="config")
-console = Console()
-err = Console(stderr=True)
+# Piped or logged output is not cut at rich's default of 80 columns (a terminal's width
+# is used where there is one).
+PIPED_WIDTH = 160
+console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,8 +27,11 @@ simnet_app = typer.Typer(
     no_args_is_help=True,
     help="Simulated swarms: many real nodes on a virtual clock over a modeled network.",
 )
-console = Console()
-err = Console(stderr=True)
+# Piped or logged output is not cut at rich's default of 80 columns (a terminal's width
+# is used where there is one).
+PIPED_WIDTH = 160
+console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 
 def _fail(exc: ConfigError) -> typer.Exit:

@@ -112,6 +112,12 @@ def test_status_summarizes_metrics(tmp_path: Path) -> None:
     assert "bad_signature: 1" in result.output
     assert "0.450" in result.output  # mean of the last two rounds' rewards
     assert "first round with external groups" in result.output
+    # Piped (as here) or logged, a table is not cut at 80 columns (issue 34).
+    many = {"bad_signature": 1, "rate_limited": 12345, "prompt_mismatch": 7, "stale_version": 99}
+    records[-1]["drops"] = many
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    wide = runner.invoke(app, ["status", str(tmp_path)]).output.splitlines()
+    assert any(all(f"{k}: {v}" in line for k, v in many.items()) for line in wide), wide
     empty = runner.invoke(app, ["status", str(tmp_path / "none")])
     assert empty.exit_code == 2
 

@@ -130,7 +130,9 @@ class FloodPeer:
                 heartbeat_interval_s=args.heartbeat,
                 max_queued_bytes=args.max_queued_bytes,
             )
-            return Libp2pTransport(config, self.identity, receive_queue_size=args.queue_messages)
+            return Libp2pTransport(
+                config, self.identity, receive_queue_size=args.queue_messages
+            )
         from gossip.mqtt import MqttTransport
 
         mqtt = MqttTransportConfig(

@@ -151,7 +151,9 @@ def test_libp2p_receiver_rss_stays_within_its_budgets(spawn_peer: Any) -> None:
 
 
 @pytest.mark.slow
-def test_mqtt_receiver_rss_stays_within_its_budgets(spawn_peer: Any, mosquitto_broker: Any) -> None:
+def test_mqtt_receiver_rss_stays_within_its_budgets(
+    spawn_peer: Any, mosquitto_broker: Any
+) -> None:
     broker = ["--mqtt-host", mosquitto_broker.host, "--mqtt-port", str(mosquitto_broker.port)]
     report = flood(*start_pair(spawn_peer, "mqtt", broker))
     check_bound(report, budget_bound("mqtt"))

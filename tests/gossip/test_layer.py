@@ -390,11 +390,7 @@ def test_tampered_signature_refused_and_not_blamed_on_claimed_sender(swarm: Swar
         a, b = await swarm.node(1), await swarm.node(2)
         hostile = await swarm.raw("hostile")
         envelope = seal(
-            a.identity,
-            kind="hello",
-            swarm_id=SWARM,
-            seq=5,
-            policy_version=0,
+            a.identity, kind="hello", swarm_id=SWARM, seq=5, policy_version=0,
             payload=encode_payload(HELLO),
         )
         forged = dataclasses.replace(envelope, payload=encode_payload(Hello("evil", "fam", 0)))

@@ -323,7 +323,9 @@ def test_equivocation_memory_is_bounded_and_still_detects() -> None:
 
     from gossip import libp2p_patches as mod
 
-    router = mod.SwarmGossipSub(protocols=[PROTOCOL_ID_V11], degree=6, degree_low=4, degree_high=12)
+    router = mod.SwarmGossipSub(
+        protocols=[PROTOCOL_ID_V11], degree=6, degree_low=4, degree_high=12
+    )
 
     def msg(seq: int, data: bytes) -> rpc_pb2.Message:
         return rpc_pb2.Message(

@@ -261,7 +261,9 @@ def test_publishes_do_not_wait_for_each_puback_and_the_window_bounds_them(
 
     async def main() -> None:
         with DelayProxy(mosquitto_broker.host, mosquitto_broker.port) as proxy:
-            config = MqttTransportConfig(host=proxy.host, port=proxy.port, max_inflight_publishes=4)
+            config = MqttTransportConfig(
+                host=proxy.host, port=proxy.port, max_inflight_publishes=4
+            )
             sender = MqttTransport(config, Identity.generate())
             reader = MqttTransport(
                 MqttTransportConfig(host=mosquitto_broker.host, port=mosquitto_broker.port),

@@ -49,7 +49,8 @@ def discovery(peer: PeerProcess) -> dict[str, Any]:
 def wait_heard(receiver: PeerProcess, sender: PeerProcess, count: int, start: int) -> None:
     sender.command(f"send {count} 500 {start}")
     receiver.wait_until(
-        lambda _: sum(1 for e in receiver.received(sender.peer_id) if e["index"] >= start) >= count,
+        lambda _: sum(1 for e in receiver.received(sender.peer_id) if e["index"] >= start)
+        >= count,
         TIMEOUT_S,
         f"{count} messages from {sender.name}",
     )

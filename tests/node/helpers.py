@@ -33,7 +33,9 @@ def stub_config(tmp: Path, name: str, **sapo: Any) -> NodeConfig:
     )
 
 
-def stub_node(config: NodeConfig, network: MemoryNetwork, seed: int = 0, **node: Any) -> Node:
+def stub_node(
+    config: NodeConfig, network: MemoryNetwork, seed: int = 0, **node: Any
+) -> Node:
     """A `Node` with the stub learner; `node` overrides its keyword arguments (by default
     every call is offloaded with `run_inline`)."""
     identity = Identity.from_seed(bytes([seed + 1]) * 32)

@@ -61,7 +61,9 @@ def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> 
     ]
 
     def shared_since(marks: list[int]) -> bool:
-        return all(ids[1 - i] in senders(read_metrics(metrics[i])[marks[i] :]) for i in (0, 1))
+        return all(
+            ids[1 - i] in senders(read_metrics(metrics[i])[marks[i] :]) for i in (0, 1)
+        )
 
     try:
         _until(lambda: all(len(read_metrics(m)) >= 5 for m in metrics), "rounds alone", procs)

@@ -50,11 +50,7 @@ def test_groups_of_tasks_outside_the_mixture_are_refused_unscored(tmp_path: Path
         )
     batch = RolloutBatch(tuple(groups))
     envelope = seal(
-        peer,
-        kind="rollouts",
-        swarm_id=node.config.node.swarm_id,
-        seq=1,
-        policy_version=0,
+        peer, kind="rollouts", swarm_id=node.config.node.swarm_id, seq=1, policy_version=0,
         payload=encode_payload(batch),
     )
     received = Received(rollouts_topic(node.config.node.swarm_id), envelope, batch, 10)
@@ -72,11 +68,7 @@ def test_a_node_that_takes_no_external_groups_rescores_none(tmp_path: Path) -> N
         (RolloutGroup(task.ref, task.prompt, (task.answer, "zz"), (1.0, 0.0), "m", 0),)
     )
     envelope = seal(
-        peer,
-        kind="rollouts",
-        swarm_id=node.config.node.swarm_id,
-        seq=1,
-        policy_version=0,
+        peer, kind="rollouts", swarm_id=node.config.node.swarm_id, seq=1, policy_version=0,
         payload=encode_payload(batch),
     )
     asyncio.run(node.take(Received(rollouts_topic(node.config.node.swarm_id), envelope, batch, 10)))

@@ -91,7 +91,9 @@ def test_trainable_share_counts_the_signal_the_trainer_will_see() -> None:
     # the signal_bait shape: the right half is unfinished, the wrong half ended
     assert trainable_share(half, (False, False, True, True)) == pytest.approx(0.5)
     # one right of four: the right one carries half the deviation
-    assert trainable_share((1.0, 0.0, 0.0, 0.0), (True, False, False, False)) == pytest.approx(0.5)
+    assert trainable_share((1.0, 0.0, 0.0, 0.0), (True, False, False, False)) == pytest.approx(
+        0.5
+    )
     assert trainable_share((1.0, 1.0), (True, True)) == 0.0  # no variance, no signal
     with pytest.raises(ValueError):
         trainable_share(half, (True,))

@@ -24,11 +24,7 @@ def envelope_of(node: Node, peer: Identity, message: Payload, version: int, seq:
     swarm = node.config.node.swarm_id
     kind = message.KIND
     envelope = seal(
-        peer,
-        kind=kind,
-        swarm_id=swarm,
-        seq=seq,
-        policy_version=version,
+        peer, kind=kind, swarm_id=swarm, seq=seq, policy_version=version,
         payload=encode_payload(message),
     )
     topic = peers_topic(swarm) if kind == "hello" else rollouts_topic(swarm)

@@ -48,11 +48,7 @@ EXAMPLES: list[Payload] = [
 ]
 ENVELOPES = [
     seal(
-        IDENTITY,
-        kind=m.KIND,
-        swarm_id=SWARM,
-        seq=i + 1,
-        policy_version=5,
+        IDENTITY, kind=m.KIND, swarm_id=SWARM, seq=i + 1, policy_version=5,
         payload=encode_payload(m),
     )
     for i, m in enumerate(EXAMPLES)

@@ -32,7 +32,11 @@ from simnet.stats import paired_ratio_interval, paired_ratios
 LATE_JOINER = "late_joiner"
 REFERENCE = ("honest", "open")
 SILO = ("honest", "i8-j0")
-OPEN = {"defended": "open", "i4-j4-signal-wild": "i4-j4-signal-wild-open"}
+OPEN = {
+    "defended": "open",
+    "defended-ramp64": "open",
+    "i4-j4-signal-wild": "i4-j4-signal-wild-open",
+}
 """A defended variant -> the same scenario's variant without cohorts."""
 
 
@@ -163,7 +167,7 @@ def late_joiner_table(root: Path) -> str:
     ]
     for key, seeds in sorted(found.items()):
         per_seed = [late_joiner_shares(f) for f in seeds.values()]
-        cells = [f"{100 * statistics.fmean(s[b][0] for s in per_seed):.1f}%" for b in range(6)]
+        cells = [f"{100 * statistics.fmean(s[b] for s in per_seed):.1f}%" for b in range(6)]
         lines.append(f"| {key[1]} | {len(seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -178,7 +182,8 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(shown) + 1.2))
     for y, row in enumerate(shown):
         ci = row["honest"]
-        color = "tab:green" if row["row"].endswith("defended") else "tab:gray"
+        baseline = row["row"].endswith(("open", "i8-j0"))
+        color = "tab:gray" if baseline else "tab:green"
         ax.plot([ci.low or ci.mean, ci.high or ci.mean], [y, y], color=color, lw=2)
         ax.plot([ci.mean], [y], "o", color=color)
     ax.axvline(1.0, color="k", lw=0.8)

@@ -48,7 +48,7 @@ def round_record(
         "external_reward_by_sender": mean_by_key(
             (e.sender, r) for e in external for r in e.rewards
         ),
-        # How plausible our policy found what it trained (`node.trust`): ours vs each peer's.
+        # How plausible our policy found what it trained: ours vs each peer's.
         "local_logprob": mean_or_none(lp for lp in own_logprobs if lp is not None),
         "external_logprob_by_sender": mean_by_key(
             (e.sender, lp) for e, lp in zip(external, peer_logprobs, strict=True) if lp is not None

@@ -90,8 +90,8 @@ class StepStats:
     """Mean reward over every completion of every group given (trained or skipped)."""
     group_logprob: list[float | None] = field(default_factory=list)
     """Per group given, in order: the mean per-token logprob of its trained tokens under
-    the policy before the step (None: none of its completions was trained). How
-    plausible the policy found a group: `node.trust` compares peers' with its own."""
+    the policy before the step (None: none of its completions was trained): how
+    plausible the policy found each group (rounds record ours and each peer's)."""
     policy_version: int = 0
     seconds: float = 0.0
     """Wall time of the whole step."""

@@ -302,7 +302,8 @@ class Trainer:
         t = old_lp.shape[1]
         lengths = torch.tensor([len(r.ids) - r.start for r in mb], device=self.device)
         valid = torch.arange(t, device=self.device)[None] < lengths[:, None]
-        row_sums = (old_lp.detach().float() * valid).sum(-1).tolist()
+        masked = torch.where(valid, old_lp.detach().float(), 0.0)  # padding may be -inf
+        row_sums = masked.sum(-1).tolist()
         for row, total, n in zip(mb, row_sums, lengths.tolist(), strict=True):
             self._group_lp[row.group][0] += total
             self._group_lp[row.group][1] += n

@@ -107,6 +107,21 @@ def test_zero_variance_groups_are_skipped_and_take_no_step() -> None:
     assert (mixed.n_groups, mixed.n_skipped, mixed.policy_version) == (1, 1, 1)
 
 
+
+def test_each_groups_mean_logprob_under_the_policy_before_the_step_is_reported() -> None:
+    trainer = _trainer()
+    texts = {"3": 1.0, "4": 0.0}
+    group = _local_group(trainer, "1+2=", texts)
+    tok = trainer.tokenizer
+    expected = [  # each completion's summed logprob, over its tokens (the text, EOS)
+        (_logprob(trainer, "1+2=", tok(t)["input_ids"] + [tok.eos_token_id]), 2) for t in texts
+    ]
+    stats = trainer.step([_local_group(trainer, "1+1=", {"2": 1.0, "3": 1.0}), group])
+    assert stats.group_logprob[0] is None  # skipped: nothing of it trained
+    mean = sum(total for total, _ in expected) / sum(n for _, n in expected)
+    assert stats.group_logprob[1] == pytest.approx(mean, abs=1e-4)
+
+
 def test_foreign_group_is_retokenized_with_the_local_tokenizer() -> None:
     trainer = _trainer()
     peer_tok = char_tokenizer(TINY_CHARS[::-1])  # same characters, different vocab order

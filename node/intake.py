@@ -13,8 +13,9 @@ Invariants:
   enters the pool earns its sender `CREDIT_PER_GROUP`.
 - Staleness is judged with numbers measured here: the arrival round and time stamped by
   `handle`, and `sender_versions` (each sender's newest envelope by seq).
-- A group whose question and completions another sender's accepted group already had is
-  dropped (`copied_group`, counted, not blamed: the copy may have won the race to us).
+- With `sapo.drop_copies`, a group whose question and completions another sender's
+  accepted group already had is dropped (`copied_group`, counted, not blamed: the copy
+  may have won the race to us).
   Nobody samples another node's 8 completions by chance, so copies are re-sent work:
   they would train one group twice and let a key farm the cohort of an honest peer's
   arrival (`node.trust`). The owners of the last `MAX_GROUP_OWNERS` accepted groups are
@@ -131,6 +132,7 @@ class Intake:
         """Clock time of the first hello from a peer (None: alone so far)."""
         self.new_peer = asyncio.Event()
         """Set by a hello from a peer not in the table (the node answers with its own)."""
+        self.drop_copies = config.sapo.drop_copies
         self.group_owners: OrderedDict[bytes, str] = OrderedDict()
         """Digest of an accepted group's question and completions -> its first sender."""
 
@@ -247,7 +249,7 @@ class Intake:
                 self.drop("held_out_task", sender)  # counted, not blamed
                 continue
             digest = group_digest(group.prompt, group.completions)
-            owner = self.group_owners.get(digest)
+            owner = self.group_owners.get(digest) if self.drop_copies else None
             if owner is not None and owner != sender:
                 self.drop("copied_group", sender)  # counted, not blamed
                 continue
@@ -275,10 +277,11 @@ class Intake:
                 trainable_share=share,
             )
             if refused_by_pool is None:
-                self.group_owners[digest] = sender
-                self.group_owners.move_to_end(digest)
-                if len(self.group_owners) > MAX_GROUP_OWNERS:
-                    self.group_owners.popitem(last=False)
+                if self.drop_copies:
+                    self.group_owners[digest] = sender
+                    self.group_owners.move_to_end(digest)
+                    if len(self.group_owners) > MAX_GROUP_OWNERS:
+                        self.group_owners.popitem(last=False)
                 self.gossip.credit(sender, CREDIT_PER_GROUP)
                 if sender in self.peers:
                     self.peers[sender].note_verified(rescored.rewards)

@@ -77,12 +77,20 @@ class SapoConfig(StrictModel):
     first (`node.selection.expected_signal`: the re-scored rewards' standard deviation,
     largest at a pass rate of 1/2, times the task's novelty, lower for a task this node
     trained in its last `novelty_window` rounds); ties at random."""
-    cohort_rounds: int = Field(8, ge=0, le=100_000)
-    """Senders this node first accepted a group of within the same window of this many
-    of its rounds form one arrival cohort, and each external slot goes to a cohort drawn
-    by age (`cohort_ramp_rounds`) before the selection rule picks within it. A key costs
-    nothing: this keeps a wave of 8 or 800 fresh keys to the share of one newcomer
-    (`node.trust`, `docs/sybil.md`). 0: one cohort (the bound off)."""
+    cohort_rounds: int = Field(0, ge=0, le=100_000)
+    """Arrival cohorts, the Sybil bound for open swarms (0, the default: off). Senders
+    this node first accepted a group of within the same window of this many of its
+    rounds form one cohort, and each external slot goes to a cohort drawn by age
+    (`cohort_ramp_rounds`) before the selection rule picks within it: a wave of 8 or 800
+    fresh keys gets the share of one newcomer (`node.trust`, `docs/sybil.md`: 8 is what
+    was measured). Off by default because windows count this node's rounds: a node much
+    faster than a peer sees that peer's first group late and counts it a newcomer too."""
+    drop_copies: bool = False
+    """Drop a group whose question and completions another sender's accepted group
+    already had (`copied_group`, counted, not blamed): re-signed copies of others' work
+    would be trained twice and let a key farm an honest peer's arrival cohort. Off by
+    default: nodes with the same task stream and a peaked policy (or stub learners) can
+    sample identical groups honestly."""
     cohort_ramp_rounds: int = Field(32, ge=1, le=100_000)
     """A new cohort's draw weight is (its age + 1) / this, up to 1: its share of the
     slots grows to an older cohort's over this many of our rounds."""

@@ -166,7 +166,7 @@ def test_a_group_re_sent_under_another_key_is_dropped_as_a_copy(tmp_path: Path) 
     counted (`copied_group`), not blamed (it may have won the race), and the honest
     sender's group is used; a different group from the second key still is."""
     network = MemoryNetwork("copies")
-    config = stub_config(tmp_path, "victim")
+    config = stub_config(tmp_path, "victim", drop_copies=True)
     node = stub_node(config, network)
     honest, copier = Identity.from_seed(b"\x41" * 32), Identity.from_seed(b"\x42" * 32)
     topic = rollouts_topic(config.node.swarm_id)

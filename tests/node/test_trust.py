@@ -189,7 +189,7 @@ def test_a_late_wave_of_keys_gets_a_share_that_grows_with_its_age(selection: str
 
 def test_config_names_the_cohort_bound() -> None:
     config = parse_config({})
-    assert (config.sapo.cohort_rounds, config.sapo.cohort_ramp_rounds) == (8, 32)
-    assert parse_config({"sapo": {"cohort_rounds": 0}}).sapo.cohort_rounds == 0
+    assert (config.sapo.cohort_rounds, config.sapo.cohort_ramp_rounds) == (0, 32)  # opt-in
+    assert parse_config({"sapo": {"cohort_rounds": 8}}).sapo.cohort_rounds == 8
     with pytest.raises(ConfigError, match=r"sapo\.cohort_ramp_rounds"):
         parse_config({"sapo": {"cohort_ramp_rounds": 0}})

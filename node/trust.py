@@ -23,6 +23,9 @@ first heard of each sender. Keys minted together and sent together arrive togeth
 - A refusal blamed on a sender (forged rewards, a mismatched prompt: what `node.intake`
   blames) moves it to the cohort of the current round: its age starts again.
 
+On only with `sapo.cohort_rounds > 0` (off by default: windows count this node's
+rounds, so a node much faster than an honest peer counts that peer a newcomer too).
+
 What it does not do: tell apart keys that arrived together with the honest peers (they
 share the honest cohort), nor an attacker that spreads its keys over many windows (each
 becomes a cohort of its own once old enough): time is the only cost it imposes.

@@ -83,8 +83,10 @@ class SapoConfig(StrictModel):
     rounds form one cohort, and each external slot goes to a cohort drawn by age
     (`cohort_ramp_rounds`) before the selection rule picks within it: a wave of 8 or 800
     fresh keys gets the share of one newcomer (`node.trust`, `docs/sybil.md`: 8 is what
-    was measured). Off by default because windows count this node's rounds: a node much
-    faster than a peer sees that peer's first group late and counts it a newcomer too."""
+    was measured). Off by default: windows count this node's rounds, so a node much
+    faster than an honest peer sees its first group late and counts it a newcomer (a
+    100x slower stub peer in simnet: the two fast nodes used its groups in 3 and 6
+    rounds with cohorts, 5 and 4 without), and a swarm with no strangers gains nothing."""
     drop_copies: bool = False
     """Drop a group whose question and completions another sender's accepted group
     already had (`copied_group`, counted, not blamed): re-signed copies of others' work

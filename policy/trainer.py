@@ -79,6 +79,7 @@ import torch
 
 from policy.advantages import group_advantages, is_degenerate, keep_mask
 from policy.losses import LOSSES, loss_normalizer
+from policy.micro_batches import micro_batches
 from policy.offpolicy import plausible, tis_or_one
 from policy.precision import lr_factor
 from policy.prompts import PromptRenderer
@@ -274,25 +275,6 @@ class Trainer:
                 out.append(lp)
         return out
 
-    def _micro_batches(self, rows: list[_Row]) -> list[list[_Row]]:
-        """At most `micro_batch_size` rows each, a group's rows together where they fit
-        (its prompt is then computed once); a larger group is split."""
-        size = self.config.micro_batch_size
-        micro: list[list[_Row]] = []
-        current: list[_Row] = []
-        for group in _runs(rows):
-            if current and len(current) + len(group) > size:
-                micro.append(current)
-                current = []
-            for row in group:
-                if len(current) == size:
-                    micro.append(current)
-                    current = []
-                current.append(row)
-        if current:
-            micro.append(current)
-        return micro
-
     def _micro_weights(
         self, mb: list[_Row], old_lp: torch.Tensor, stats: StepStats, sums: dict[bool, list]
     ) -> tuple[torch.Tensor | None, int, int]:
@@ -383,7 +365,7 @@ class Trainer:
         self._tokens_computed = self._padding_tokens = 0
         self._group_lp.clear()
         self.model.eval()
-        micro = self._micro_batches(rows)
+        micro = micro_batches(rows, self.config.micro_batch_size)
         # Old logprobs (and the weights that depend on them) are known before the update
         # only where needed: over several iterations, or on the reference path. At one
         # optimizer step per batch they equal the update pass's own, detached.
@@ -507,13 +489,3 @@ class Trainer:
         stats.seconds = time.perf_counter() - started
         return stats, grads
 
-
-def _runs(rows: list[_Row]) -> list[list[_Row]]:
-    """Consecutive rows of one group, together."""
-    runs: list[list[_Row]] = []
-    for row in rows:
-        if runs and runs[-1][-1].group == row.group:
-            runs[-1].append(row)
-        else:
-            runs.append([row])
-    return runs

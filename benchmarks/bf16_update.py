@@ -31,8 +31,13 @@ def shares_per_step(model: str, dtype: str, master: bool, lr: float, steps: int)
             parse_config(
                 {
                     "node": {"data_dir": tmp},
-                    "model": {"name_or_path": model, "dtype": dtype, "master_weights": master},
-                    "train": {"learning_rate": lr},
+                    "model": {
+                        "name_or_path": model,
+                        "dtype": dtype,
+                        "master_weights": master,
+                        "seed": 0,
+                    },
+                    "train": {"learning_rate": lr, "entropy_coef": 0.0},  # as measured
                 }
             )
         )

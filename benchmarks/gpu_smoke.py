@@ -52,10 +52,11 @@ def config(model: str, device: str, backend: str, lora: bool, out: Path) -> Any:
                 "device": device,
                 "dtype": "bfloat16",
                 "lora": {"enabled": lora, "rank": 16},
+                "seed": 0,
             },
             "sampler": {"backend": backend, "group_size": 8, "max_new_tokens": 64},
             "tasks": {"mixture": [{"source": "add"}]},
-            "train": {"learning_rate": 1e-5 if not lora else 2e-4},
+            "train": {"learning_rate": 1e-5 if not lora else 2e-4, "entropy_coef": 0.0},
         }
     )
 
@@ -195,7 +196,7 @@ def lora_checks(args: argparse.Namespace, out: Path) -> list[Row]:
 
 
 def learner_tasks() -> Any:
-    return parse_config({"tasks": {"mixture": [{"source": "add"}]}}).tasks
+    return parse_config({"tasks": {"mixture": [{"source": "add"}], "seed": 0}}).tasks
 
 
 def main() -> None:

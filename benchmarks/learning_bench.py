@@ -73,7 +73,7 @@ def bench(
     """Time `steps` rounds (after `warmup` untimed ones) of sample -> score -> train ->
     weight sync on CPU."""
     started = time.perf_counter()
-    model_cfg = ModelConfig(name_or_path=model, device="cpu")
+    model_cfg = ModelConfig(name_or_path=model, device="cpu", seed=0)
     sampler_cfg = SamplerConfig(
         backend=backend,
         group_size=group,
@@ -84,9 +84,10 @@ def bench(
     net, tok = load_policy_model(model_cfg)
     renderer = PromptRenderer(tok, PromptConfig(), solved_examples)  # as a node renders
     sampler = make_sampler(sampler_cfg, net, tok, model_cfg, renderer)
-    trainer = Trainer(net, tok, TrainConfig(learning_rate=1e-5), "cpu", sampler_cfg, renderer)
+    train_cfg = TrainConfig(learning_rate=1e-5, entropy_coef=0.0)  # as measured (issue 34)
+    trainer = Trainer(net, tok, train_cfg, "cpu", sampler_cfg, renderer)
     load_s = time.perf_counter() - started
-    stream = TaskStream(TasksConfig(mixture=[TaskSpec(source="add")]), node_seed=0)
+    stream = TaskStream(TasksConfig(mixture=[TaskSpec(source="add")], seed=0), node_seed=0)
     params = SamplingParams.from_config(sampler_cfg)
     coin = random.Random(0)
     totals = dict.fromkeys(PHASES, 0.0)
@@ -101,7 +102,7 @@ def bench(
         groups = []
         for t, ids, comps in zip(tasks, prompts, outs, strict=True):
             texts = [c.text for c in comps]
-            score_group(t, texts, RewardsConfig())
+            score_group(t, texts, RewardsConfig(format_weight=0.0))
             rewards = [float(coin.random() < 0.5) for _ in texts]
             rewards[0], rewards[1] = 0.0, 1.0  # never degenerate
             token_ids = [c.token_ids for c in comps]

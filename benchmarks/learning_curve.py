@@ -82,9 +82,12 @@ def run_curve(
     sampler_cfg = SamplerConfig(
         group_size=group, max_new_tokens=max_new_tokens, temperature=temperature
     )
+    # No entropy bonus unless asked for: the curves were measured before issue 34 made
+    # 0.1 the default.
+    train_kwargs = {"entropy_coef": 0.0, **train_kwargs}
     train_cfg = TrainConfig(learning_rate=lr, loss_type=loss_type, **train_kwargs)
     rewards_cfg = RewardsConfig(format_weight=format_weight, correctness=reward)
-    exact_cfg = RewardsConfig(correctness="exact")
+    exact_cfg = RewardsConfig(correctness="exact", format_weight=0.0)  # accuracy alone
     net, tok = load_policy_model(model_cfg)
     started = time.perf_counter()
     if warmup_steps > 0:  # a separate task stream: warm-start items are not the RL items

@@ -37,23 +37,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.real_model_silo import config_for
 from node.metrics import read_metrics
-from node.starter import learning_settings, merge
+from node.starter import merge
 
 WARMUP = 3
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 
 
 def tiny_config(out: Path, seed: int, rounds: int) -> dict[str, Any]:
-    return merge(
-        learning_settings(),
-        {
-            "node": {"name": "tiny", "checkpoint_every": rounds},
-            "transport": {"type": "memory"},
-            "model": {"seed": seed},
-            "tasks": {"seed": 1000 + seed},
-            "sapo": {"external_groups": 0},
-        },
-    )
+    return {  # the config models' defaults learn the tiny model
+        "node": {"name": "tiny", "checkpoint_every": rounds},
+        "transport": {"type": "memory"},
+        "model": {"seed": seed},
+        "tasks": {"seed": 1000 + seed},
+        "sapo": {"external_groups": 0},
+    }
 
 
 def run(

@@ -33,8 +33,8 @@ def measure(model_dir: Path, max_new_tokens: int, tasks: int, data_dir: str) -> 
     config = parse_config(
         {
             "node": {"data_dir": data_dir},
-            "model": {"name_or_path": str(model_dir), "threads": 1},
-            "tasks": {"mixture": [{"source": "add"}]},
+            "model": {"name_or_path": str(model_dir), "threads": 1, "seed": 0},
+            "tasks": {"mixture": [{"source": "add"}], "seed": 0},
             "sampler": {"group_size": 8, "max_new_tokens": max_new_tokens},
         }
     )

@@ -106,7 +106,9 @@ def worker(row: str, real: str | None, rounds: int, threads: int) -> dict[str, A
         net = apply_lora(net, LoraConfig(enabled=True, rank=16, alpha=32.0))
     renderer = PromptRenderer(tok, PromptConfig(), solved_examples)
     sampler = make_sampler(sampler_cfg, net, tok, model_cfg, renderer)
-    train_cfg = TrainConfig(learning_rate=spec["lr"], loss_type="dapo", warmup_steps=2)
+    train_cfg = TrainConfig(  # no entropy bonus: as measured before issue 34's defaults
+        learning_rate=spec["lr"], loss_type="dapo", warmup_steps=2, entropy_coef=0.0
+    )
     trainer = Trainer(net, tok, train_cfg, "cpu", sampler_cfg, renderer)
     body, head = _param_split(net)
     stream = TaskStream(TasksConfig(seed=7, mixture=[TaskSpec(source="add")]), node_seed=1)

@@ -113,23 +113,25 @@ def init(
     data_dir: Annotated[Path | None, typer.Option(help="Data dir (default runs/<name>).")] = None,
     seed: Annotated[
         int | None,
-        typer.Option(help="Draw the node's model/task seeds from this (default: at random)."),
+        typer.Option(
+            help="Write model/task seeds drawn from this (default: none written; a node "
+            "derives its seeds from its key)."
+        ),
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.", metavar="")] = False,
 ) -> None:
-    """Write a commented node config: every option, fresh seeds, settings that learn."""
+    """Write a commented node config: every option, the defaults (which learn) commented
+    out, and only this node's own settings as keys."""
     if path.exists() and not force:
         raise ConfigError(f"{path}: already exists; pass --force to overwrite it")
     import random
 
     from node.build import apply_overrides
-    from node.starter import fresh_seeds, learning_settings, merge
+    from node.starter import fresh_seeds, merge
 
-    rng = random.Random(seed) if seed is not None else None
     name = name or path.stem
     overrides = merge(
-        learning_settings(),
-        fresh_seeds(rng),
+        fresh_seeds(random.Random(seed)) if seed is not None else {},
         {
             "node": {
                 "name": name,
@@ -180,6 +182,9 @@ def config_check(path: Annotated[Path, typer.Argument(help="Config file.")]) -> 
         f"  SAPO I={config.sapo.local_groups} J={config.sapo.external_groups}, "
         f"max_staleness={config.sapo.max_staleness}, loss={config.train.loss_type}"
     )
+    seeds = {"model": config.model.seed, "tasks": config.tasks.seed}
+    shown = [f"{kind} {'from the node key' if s is None else s}" for kind, s in seeds.items()]
+    console.print(f"  seeds: {', '.join(shown)}")
 
 
 def _override_args(

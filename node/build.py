@@ -46,6 +46,7 @@ def build_node(
     from node.policy_learner import PolicyLearner  # torch import: only when a node is built
 
     identity = load_or_create_key_file(config.node.resolved_key_file)
+    config = config.with_node_seeds(identity.peer_id)  # unset seeds: from the key
     if config.transport.type == "libp2p":  # before the model loads (a minute, for some)
         from gossip.libp2p_listen import refuse_unusable_listen
 

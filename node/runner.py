@@ -111,6 +111,8 @@ class Node:
         rescorer: Rescorer | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
+        # Unset seeds come from our key (a no-op where `build_node` derived them).
+        config = config.with_node_seeds(gossip.peer_id)
         self.config = config
         self.gossip = gossip
         self.learner = learner

@@ -76,7 +76,7 @@ def load_policy_model(config: ModelConfig) -> tuple[PreTrainedModel, Any]:
     device = resolve_device(config.device)
     dtype = parameter_dtype(config)
     if config.name_or_path.startswith(BUILTIN_PREFIX):
-        model, tokenizer = build_tiny(config.name_or_path, config.seed)
+        model, tokenizer = build_tiny(config.name_or_path, config.chosen_seed())
     else:
         try:
             model = AutoModelForCausalLM.from_pretrained(config.name_or_path, dtype=dtype)

@@ -275,7 +275,7 @@ def make_sampler(
         return TransformersSampler(
             model,
             tokenizer,
-            seed=model_config.seed,
+            seed=model_config.chosen_seed(),
             renderer=renderer,
             compute_dtype=DTYPES[model_config.dtype],
         )

@@ -96,7 +96,7 @@ class VllmSampler:
             "skip_tokenizer_init": True,
             "enforce_eager": enforce_eager,
             "dtype": dtype,
-            "seed": model_config.seed,
+            "seed": model_config.chosen_seed(),
             "logprobs_mode": "processed_logprobs",
             # A group's n completions, and every prompt's shared system prompt and
             # examples, are prefilled once (the cache is reset at each weight update).

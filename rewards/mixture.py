@@ -82,6 +82,11 @@ class TaskStream:
     """Deterministic task references for one node; checkpointable by its cursor."""
 
     def __init__(self, config: TasksConfig, node_seed: int) -> None:
+        if config.seed is None or node_seed is None:
+            raise ValueError(
+                "a task stream needs tasks.seed and model.seed: derive unset ones from the "
+                "node's key first (`NodeConfig.with_node_seeds`)"
+            )
         self._sources = [wire_source(spec) for spec in config.mixture]
         self._max_index = {name: get_source(name).max_index for name in self._sources}
         self._cumulative = list(accumulate(spec.weight for spec in config.mixture))

@@ -5,10 +5,14 @@ Invariants:
 - `load_config` turns every failure (missing file, bad TOML, bad field) into one
   `ConfigError` naming the file, the field path and what is allowed.
 - Each package receives only its own section (`config.transport`, `config.train`, ...).
+- The field defaults are the one set of defaults (`swarm.config.learning`); the seeds'
+  default is per node: derived from the node's key by `with_node_seeds`, which the node
+  calls before anything reads a seed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,7 @@ from swarm.config.learning import (
     TaskSpec,
     TrainConfig,
 )
+from swarm.config.models import BUILTIN_PREFIX
 from swarm.config.network import (
     GossipConfig,
     Libp2pTransportConfig,
@@ -56,10 +61,20 @@ __all__ = [
     "TasksConfig",
     "TrainConfig",
     "TransportConfig",
+    "derived_seed",
     "format_validation_error",
     "load_config",
     "parse_config",
 ]
+
+MAX_DERIVED_SEED = 2**53 - 1
+"""Derived seeds stay below 2**53, so every JSON/JS peer reads them exactly."""
+
+
+def derived_seed(peer_id: str, purpose: str) -> int:
+    """A node's default seed for `purpose` ("model" or "tasks"), from its peer id."""
+    digest = hashlib.blake2b(f"swarm-seed:{purpose}:{peer_id}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") & MAX_DERIVED_SEED
 
 
 class NodeConfig(StrictModel):
@@ -98,6 +113,34 @@ class NodeConfig(StrictModel):
                 "use backend = 'transformers', or full fine-tuning with vllm"
             )
         return self
+
+    @model_validator(mode="after")
+    def _deltas_need_one_family(self) -> NodeConfig:
+        if (
+            self.deltas.enabled
+            and self.model.name_or_path.startswith(BUILTIN_PREFIX)
+            and self.model.seed is None
+        ):
+            raise ValueError(
+                "deltas.enabled with a built-in model needs model.seed set, the same on "
+                "every node that shares deltas: unset, each node's seed comes from its key, "
+                "so each built-in model starts from other weights (its own model family) "
+                "and no peer's deltas would ever be merged"
+            )
+        return self
+
+    def with_node_seeds(self, peer_id: str) -> NodeConfig:
+        """This config with each unset seed (`model.seed`, `tasks.seed`) derived from
+        the node's peer id; set seeds are kept. The same key gives the same seeds, so a
+        resumed node continues its task stream."""
+        update = {}
+        if self.model.seed is None:
+            seed = derived_seed(peer_id, "model")
+            update["model"] = self.model.model_copy(update={"seed": seed})
+        if self.tasks.seed is None:
+            seed = derived_seed(peer_id, "tasks")
+            update["tasks"] = self.tasks.model_copy(update={"seed": seed})
+        return self.model_copy(update=update) if update else self
 
 
 def _allowed_hint(error: dict[str, Any]) -> str:

@@ -2,7 +2,9 @@
 
 Invariants: off by default; every combination that validates is usable (a bad one is
 refused at load time, never at run time); `max_staleness >= every_k_steps`, because
-deltas are merged once per share, so a peer's packet waits up to K rounds for it.
+deltas are merged once per share, so a peer's packet waits up to K rounds for it; a
+knob of a scheme, encoding or aggregator not in use, or any knob while deltas are off,
+is refused (it would do nothing).
 
 Two schemes: `merge` (the default: add `mixing_weight` times a robust aggregate of
 peers' compressed training deltas, `node.deltas`) and `choco` (CHOCO gossip averaging:
@@ -17,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from swarm.config.base import StrictModel
+from swarm.config.base import StrictModel, refuse_idle
 
 
 class DeltasConfig(StrictModel):
@@ -83,3 +85,22 @@ class DeltasConfig(StrictModel):
                 "max_staleness must be >= every_k_steps (deltas wait up to K rounds for a merge)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _used(self) -> DeltasConfig:
+        if not self.enabled:
+            knobs = tuple(name for name in type(self).model_fields if name != "enabled")
+            refuse_idle(self, knobs, "enabled = true")
+        if self.scheme == "merge":
+            refuse_idle(self, _CHOCO_ONLY, 'scheme = "choco"')
+        else:
+            refuse_idle(self, _MERGE_ONLY, 'scheme = "merge"')
+        if self.encoding != "topk":
+            refuse_idle(self, ("density", "bits", "chunk_size"), 'encoding = "topk"')
+        if self.aggregator != "trimmed_mean":
+            refuse_idle(self, ("trim_fraction",), 'aggregator = "trimmed_mean"')
+        return self
+
+
+_CHOCO_ONLY = ("consensus_step", "consensus_reference", "keyframe_every", "max_estimates")
+_MERGE_ONLY = ("aggregator", "trim_fraction", "mixing_weight")

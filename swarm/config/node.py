@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from swarm.config.base import StrictModel
+from swarm.config.base import StrictModel, refuse_idle
 
 
 class NodeSection(StrictModel):
@@ -138,6 +138,10 @@ class SapoConfig(StrictModel):
                 "sampled_groups needs local_groups > 0 (a node with local_groups = 0 "
                 "trains on none of its own samples); delete sampled_groups"
             )
+        if self.cohort_rounds == 0:
+            refuse_idle(self, ("cohort_ramp_rounds",), "cohort_rounds > 0")
+        if self.external_selection != "signal":
+            refuse_idle(self, ("novelty_window",), 'external_selection = "signal"')
         return self
 
     @property
@@ -157,3 +161,11 @@ class LoggingConfig(StrictModel):
     """The W&B project runs are logged to (the run is named after `node.name`)."""
     wandb_mode: Literal["online", "offline"] = "online"
     """`offline` writes the run under <data_dir>/wandb for a later `wandb sync`."""
+
+    @model_validator(mode="after")
+    def _used(self) -> LoggingConfig:
+        if "tensorboard" not in self.backends:
+            refuse_idle(self, ("tensorboard_dir",), 'backends includes "tensorboard"')
+        if "wandb" not in self.backends:
+            refuse_idle(self, ("wandb_project", "wandb_mode"), 'backends includes "wandb"')
+        return self

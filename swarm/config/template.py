@@ -1,7 +1,13 @@
 """Render a commented TOML node config from the config models themselves.
 
-Invariant: the template is generated from the pydantic field docstrings and defaults,
-so `swarm init` can never drift from what `load_config` accepts (a test loads it back).
+Invariants:
+- The template is generated from the pydantic field docstrings and defaults, so
+  `swarm init` can never drift from what `load_config` accepts (a test loads it back).
+- Only values that differ from a field's default are written as keys; every default is
+  shown commented out (`# key = value`). A written file never holds a second copy of
+  the defaults: it gets whatever the config models' defaults are when it is loaded
+  (issue 34). A `type` key (the transport's choice) is always written.
+- The sections a node usually sets come first (`FIRST_SECTIONS`), the rest below.
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ def _comment(text: str | None) -> list[str]:
     return ["# " + line.strip() if line.strip() else "#" for line in text.strip().splitlines()]
 
 
+FIRST_SECTIONS = ("node", "transport", "model", "sampler", "tasks", "sapo", "train")
+"""Where the handful of keys most nodes set live; rendered before the other sections."""
+
+
 def _is_table_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[0], BaseModel)
 
@@ -70,34 +80,51 @@ def render_section(
         if value is None:
             lines.append(f"# {field_name} = (unset)")
             continue
+        # A default is shown commented out: the file then follows the models' defaults.
+        default = info.get_default(call_default_factory=True)
+        mark = "" if field_name == "type" or value != default else "# "
+        written: list[str] = []
         if _is_table_list(value):
             for item in value:
-                lines.append(f"[[{name}.{field_name}]]")
+                written.append(f"[[{name}.{field_name}]]")
                 for key, item_value in item.model_dump(mode="json").items():
-                    lines.append(f"{key} = {_toml_value(item_value)}")
-            continue
-        lines.append(f"{field_name} = {_toml_value(value)}")
+                    written += f"{key} = {_toml_value(item_value)}".splitlines()
+        else:
+            written += f"{field_name} = {_toml_value(value)}".splitlines()
+        lines += [mark + line for line in written]
     return "\n".join([*lines, *("\n" + table for table in subtables)]) + "\n"
 
 
 def render_config(config: StrictModel, section_notes: dict[str, str] | None = None) -> str:
-    """A complete commented config for `config` (every field written out)."""
+    """A complete commented config for `config`: every field, its non-default values
+    as keys and its defaults commented out."""
     notes = section_notes or {}
     parts = [
-        "# swarm node configuration. Every key is optional; shown values are the defaults",
-        "# unless `swarm init` set them. Check a file with `swarm config check FILE`.",
+        "# swarm node configuration. Check it with `swarm config check FILE`.",
         "#",
-        "# Most nodes set only a handful of these:",
+        "# Every key is optional. Keys written without `#` are this node's own settings;",
+        "# a commented-out key shows its default (remove the `#` to change it). The",
+        "# defaults learn with the built-in model (`builtin:tiny` on the `digit` task), and",
+        "# the model and task seeds come from the node's key unless set.",
+        "#",
+        "# Most nodes set only a handful of these (their sections come first):",
         "#   [node] name, swarm_id        who this node is, which swarm it joins",
         "#   [transport] listen, bootstrap  its port, and one peer it can reach",
         "#   [model] name_or_path         a Hugging Face model id or folder",
+        "#   [sampler] max_new_tokens     hundreds for a real model on reasoning tasks",
         "#   [tasks] mixture              the tasks it samples",
         "#   [sapo] local_groups, external_groups   its own / peers' groups per round",
-        "#   [train] learning_rate",
-        "# The rest are limits and tuning with defaults that work.",
+        "#   [train] learning_rate        about 1e-6 for a pretrained 0.1-0.5B model",
+        "# The sections after those are limits and tuning with defaults that work.",
         "",
     ]
-    for name, info in type(config).model_fields.items():
+    fields = type(config).model_fields
+    first = [name for name in FIRST_SECTIONS if name in fields]
+    rest = [name for name in fields if name not in FIRST_SECTIONS]
+    for name in first + rest:
+        if rest and name == rest[0]:
+            parts.append("# ---- Limits and tuning: the defaults work ----\n")
+        info = fields[name]
         parts.append(
             render_section(name, getattr(config, name), info.description, notes.get(name, ""))
         )

@@ -1,4 +1,5 @@
-"""A new user's first run: `swarm init` then `swarm train` learns, with fresh seeds."""
+"""A new user's first run: `swarm init` then `swarm train` learns, each node with its
+own seeds; so does a hand-written config of nothing but a name and a data dir."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from node.metrics import read_metrics
-from swarm.config import load_config
+from rewards.mixture import TaskStream
+from swarm.config import load_config, parse_config
+from swarm.identity import Identity
 
 runner = CliRunner()
 
@@ -20,16 +23,41 @@ def _init(path: Path, *args: str) -> None:
     assert result.exit_code == 0, result.output
 
 
-def test_two_inits_get_distinct_seeds(tmp_path: Path) -> None:
+def test_nodes_made_from_one_init_file_get_their_own_seeds(tmp_path: Path) -> None:
+    """Issue 34: two copies of one config ran with identical seeds and task streams.
+    `swarm init` writes no seed: each node derives its own from its key (the same key,
+    the same seeds: a restart continues its task stream); `--seed` writes seeds."""
     _init(tmp_path / "a.toml", "--name", "a")
-    _init(tmp_path / "b.toml", "--name", "b")
-    a, b = load_config(tmp_path / "a.toml"), load_config(tmp_path / "b.toml")
+    config = load_config(tmp_path / "a.toml")
+    assert config.model.seed is None and config.tasks.seed is None
+    one, two = (Identity.from_seed(bytes([i]) * 32).peer_id for i in (1, 2))
+    a, b = config.with_node_seeds(one), config.with_node_seeds(two)
     assert a.model.seed != b.model.seed and a.tasks.seed != b.tasks.seed
     assert a.model.seed != a.tasks.seed
+    streams = [TaskStream(c.tasks, c.model.seed).next_refs(8) for c in (a, b)]
+    assert streams[0] != streams[1]
+    assert config.with_node_seeds(one) == a
     _init(tmp_path / "c.toml", "--seed", "5")
     _init(tmp_path / "d.toml", "--seed", "5")
     c, d = load_config(tmp_path / "c.toml"), load_config(tmp_path / "d.toml")
+    assert c.model.seed is not None and c.model.seed != c.tasks.seed
     assert (c.model.seed, c.tasks.seed) == (d.model.seed, d.tasks.seed)
+
+
+def test_init_writes_no_copy_of_the_defaults(tmp_path: Path) -> None:
+    """Issue 34: `swarm init` wrote its own set of learning settings next to the config
+    models' defaults. It writes the node's own keys; every default is commented out."""
+    path = tmp_path / "me.toml"
+    _init(path)
+    keys = [
+        line.split("=")[0].strip()
+        for line in path.read_text().splitlines()
+        if "=" in line and not line.lstrip().startswith("#")
+    ]
+    assert keys == ["name", "data_dir", "type"], keys
+    assert load_config(path) == parse_config(
+        {"node": {"name": "me", "data_dir": "runs/me"}, "transport": {"type": "libp2p"}}
+    )
 
 
 def test_config_check_catches_a_missing_model_path(tmp_path: Path) -> None:
@@ -55,6 +83,8 @@ def test_an_unloadable_model_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_init_then_train_learns_alone(tmp_path: Path) -> None:
+    """The file `swarm init` writes is the config models' defaults plus a name, a data
+    dir and (here) seeds, so this is what a hand-written minimal config learns too."""
     path = tmp_path / "node.toml"
     _init(path, "--seed", "11", "--data-dir", str(tmp_path / "run"))
     result = runner.invoke(app, ["train", "--config", str(path), "--rounds", "120"])

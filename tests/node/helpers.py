@@ -23,19 +23,22 @@ async def run_inline(fn: Any, *args: Any) -> Any:
 
 
 def stub_config(tmp: Path, name: str, **sapo: Any) -> NodeConfig:
+    """Fixed seeds (a node would derive unset ones from its key): every stub node of a
+    test samples the same task stream, as the tests were written for; `add` tasks, which
+    the tests' hand-made peer groups are (`tests/node/test_version_claims.batch`)."""
     return parse_config(
         {
             "node": {"name": name, "data_dir": str(tmp / name), "checkpoint_every": 5},
             "transport": {"type": "memory"},
             "sapo": {"local_groups": 4, "external_groups": 4, **sapo},
             "sampler": {"group_size": 8},
+            "model": {"seed": 0},
+            "tasks": {"seed": 0, "mixture": [{"source": "add"}]},
         }
     )
 
 
-def stub_node(
-    config: NodeConfig, network: MemoryNetwork, seed: int = 0, **node: Any
-) -> Node:
+def stub_node(config: NodeConfig, network: MemoryNetwork, seed: int = 0, **node: Any) -> Node:
     """A `Node` with the stub learner; `node` overrides its keyword arguments (by default
     every call is offloaded with `run_inline`)."""
     identity = Identity.from_seed(bytes([seed + 1]) * 32)

@@ -43,8 +43,14 @@ def _config(**overrides: object) -> DeltasConfig:
         "max_staleness": 4,
         "keyframe_every": 4,
         "consensus_step": 0.1,
+        **overrides,
     }
-    return DeltasConfig.model_validate({**settings, **overrides})
+    if settings["scheme"] != "choco":  # choco's knobs would do nothing, and are refused
+        settings = {k: v for k, v in settings.items() if k not in _CHOCO_ONLY}
+    return DeltasConfig.model_validate(settings)
+
+
+_CHOCO_ONLY = ("keyframe_every", "consensus_step")
 
 
 def _params(seed: int = 0) -> dict[str, torch.Tensor]:

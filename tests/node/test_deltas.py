@@ -373,4 +373,7 @@ def test_config_defaults_and_refusals() -> None:
         DeltasConfig.model_validate({"bits": 5})
     with pytest.raises(ValueError):
         DeltasConfig.model_validate({"densty": 0.1})
-    assert DeltasConfig.model_validate({"clip_multiple": None}).clip_multiple is None
+    on = {"enabled": True}  # a knob of deltas that are off is refused (it does nothing)
+    assert DeltasConfig.model_validate({**on, "clip_multiple": None}).clip_multiple is None
+    with pytest.raises(ValueError, match="clip_multiple = None does nothing unless enabled"):
+        DeltasConfig.model_validate({"clip_multiple": None})

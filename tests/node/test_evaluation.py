@@ -28,9 +28,12 @@ from swarm.messages import RolloutBatch, RolloutGroup
 from tests.node.helpers import stub_config, stub_node
 from tests.node.test_version_claims import batch, envelope_of
 
+SEEDS = {"model": {"seed": 0}, "tasks": {"seed": 0}}
+"""A held-out set needs the seeds a node would derive from its key."""
+
 
 def test_held_out_set_is_fixed_and_apart_from_training() -> None:
-    config = parse_config({"tasks": {"seed": 7}, "eval": {"num_tasks": 16}})
+    config = parse_config({"model": {"seed": 0}, "tasks": {"seed": 7}, "eval": {"num_tasks": 16}})
     a, b = HeldOut(config), HeldOut(config)
     assert a.refs == b.refs and len(a.refs) == 16
     training = TaskStream(config.tasks, config.model.seed).next_refs(1000)
@@ -39,11 +42,11 @@ def test_held_out_set_is_fixed_and_apart_from_training() -> None:
     fixed = parse_config({"eval": {"seed": 123}})
     assert held_out_seed(fixed) == 123
     assert [a.due(r) for r in range(0, 60, 25)] == [True, True, True]
-    assert not a.due(1) and not HeldOut(parse_config({"eval": {"every": 0}})).due(0)
+    assert not a.due(1) and not HeldOut(parse_config({"eval": {"every": 0}, **SEEDS})).due(0)
 
 
 def test_default_held_out_set_is_the_own_mixture_as_before() -> None:
-    config = parse_config({"tasks": {"seed": 7}, "eval": {"num_tasks": 16}})
+    config = parse_config({"model": {"seed": 0}, "tasks": {"seed": 7}, "eval": {"num_tasks": 16}})
     held = HeldOut(config)
     tasks = config.tasks.model_copy(update={"seed": held_out_seed(config)})
     assert held.sets == {MIXTURE: TaskStream(tasks, config.model.seed).next_refs(16)}
@@ -53,6 +56,7 @@ def test_default_held_out_set_is_the_own_mixture_as_before() -> None:
 def test_one_held_out_set_per_source_including_untrained_ones() -> None:
     config = parse_config(
         {
+            "model": {"seed": 0},
             "tasks": {"seed": 7, "mixture": [{"source": "add"}]},
             "eval": {"num_tasks": 12, "sources": ["add", "copy", "reverse"]},
         }
@@ -206,7 +210,7 @@ def test_sampled_evaluation_scores_every_completion_reproducibly(tmp_path: Path)
 def test_stub_sampled_accuracy_is_its_expected_pass_rate() -> None:
     from simnet.stub import StubLearner
 
-    config = parse_config({"tasks": {"seed": 3}})
+    config = parse_config({"model": {"seed": 0}, "tasks": {"seed": 3}})
     learner = StubLearner(8, config.rewards, skill=0.3)
     refs = HeldOut(config).refs
     expected = sum(learner.p_task(make_task(r).prompt) for r in refs) / len(refs)

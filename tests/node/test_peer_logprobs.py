@@ -41,7 +41,7 @@ def _learner(tmp_path: Path, train: dict[str, Any]) -> tuple[PolicyLearner, list
         {
             "node": {"name": "n", "data_dir": str(tmp_path)},
             "transport": {"type": "memory"},
-            "model": {"name_or_path": "builtin:tiny"},
+            "model": {"name_or_path": "builtin:tiny", "seed": 0},
             "train": {**train, "peer_offpolicy": "tis"},
         }
     )

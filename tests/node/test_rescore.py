@@ -111,7 +111,7 @@ def test_claims_from_other_valid_settings_are_not_forged(
     block = theirs.answer_format == "answer_block"
     completions = tuple(f"<answer>{a}</answer>" if block else a for a in answers)
     claims = tuple(score_group(task, list(completions), theirs))
-    ours = RewardsConfig()
+    ours = RewardsConfig(format_weight=0.0)  # correctness alone, unlike every `theirs`
     assert mean_gap(claims, score_group(task, list(completions), ours)) > FORGED_REWARD_GAP
     rescored = rescore_group(_group_claiming(claims, completions), ours)
     assert not rescored.forged and rescored.rewards == tuple(

@@ -27,6 +27,7 @@ def _trained_learner(tmp_path: Path, **node: object) -> PolicyLearner:
     config = parse_config(
         {
             "node": {"data_dir": str(tmp_path / "run"), **node},
+            "model": {"seed": 0},
             "sampler": {"group_size": 4, "max_new_tokens": 3},
             "train": {"learning_rate": 1e-2},
             "tasks": {"mixture": [{"source": "digit"}]},

@@ -65,7 +65,9 @@ def test_family_names_base_and_adapter_shape(tmp_path: Path) -> None:
     assert a.model_family == b.model_family
     pa, pb = model_params(a.model), model_params(b.model)
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
-    full = PolicyLearner(parse_config({"node": {"data_dir": str(tmp_path / "full")}}))
+    full = PolicyLearner(
+        parse_config({"node": {"data_dir": str(tmp_path / "full")}, "model": {"seed": 0}})
+    )
     assert full.model_family != a.model_family
 
 
@@ -122,7 +124,7 @@ def test_lora_nodes_exchange_adapter_deltas_only(tmp_path: Path) -> None:
             parse_config(
                 {
                     "node": {"data_dir": str(tmp_path / name)},
-                    "model": {"lora": LORA},
+                    "model": {"lora": LORA, "seed": 0},  # one base: one family
                     "sampler": {"group_size": 2, "max_new_tokens": 2},
                     "train": {"learning_rate": 1e-2},
                     "deltas": deltas,

@@ -32,7 +32,7 @@ def test_parameter_dtype_keeps_fp32_master_weights() -> None:
 
 
 def _share_changed(master_weights: bool) -> float:
-    config = ModelConfig(dtype="bfloat16", master_weights=master_weights, device="cpu")
+    config = ModelConfig(dtype="bfloat16", master_weights=master_weights, device="cpu", seed=0)
     model, tok = load_policy_model(config)
     trainer = Trainer(
         model,
@@ -70,7 +70,7 @@ def test_threads_are_set_from_config() -> None:
 def test_gradient_checkpointing_gives_the_same_step() -> None:
     results = []
     for checkpointing in (False, True):
-        config = ModelConfig(device="cpu", gradient_checkpointing=checkpointing)
+        config = ModelConfig(device="cpu", gradient_checkpointing=checkpointing, seed=0)
         model, tok = load_policy_model(config)
         trainer = Trainer(model, tok, TrainConfig(learning_rate=1e-3), "cpu")
         eos = tok.eos_token_id

@@ -110,7 +110,7 @@ def test_update_weights_changes_outputs_as_the_new_weights_say(tiny: tuple) -> N
 
 def test_make_sampler_shares_the_model() -> None:
     model, tok = build_tiny("builtin:tiny")
-    sampler = make_sampler(SamplerConfig(), model, tok, ModelConfig())
+    sampler = make_sampler(SamplerConfig(), model, tok, ModelConfig(seed=0))
     assert isinstance(sampler, TransformersSampler) and sampler.model is model
     sampler.update_weights(model.state_dict())  # shared tensors: nothing to copy
 

@@ -63,7 +63,7 @@ def test_unknown_builtin() -> None:
     with pytest.raises(ValueError, match="known: builtin:tiny, builtin:tiny-2x"):
         ModelConfig(name_or_path="builtin:huge")
     with pytest.raises(KeyError, match="builtin:tiny"):
-        load_policy_model(ModelConfig.model_construct(name_or_path="builtin:huge"))
+        load_policy_model(ModelConfig.model_construct(name_or_path="builtin:huge", seed=0))
 
 
 def test_config_names_exactly_the_built_variants() -> None:

@@ -30,7 +30,7 @@ GREEDY = SamplingParams(max_new_tokens=6, temperature=0)
 @pytest.fixture(scope="module")
 def engine() -> tuple:
     model, tok = build_tiny("builtin:tiny", seed=0)
-    sampler = make_sampler(SamplerConfig(backend="vllm"), model, tok, ModelConfig())
+    sampler = make_sampler(SamplerConfig(backend="vllm"), model, tok, ModelConfig(seed=0))
     assert isinstance(sampler, VllmSampler)
     yield sampler, model, tok
     sampler.close()

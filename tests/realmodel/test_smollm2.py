@@ -26,10 +26,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.realmodel, pytest.mark.usefixtures("
 def _config(model_dir: Path, tmp: Path, **sections: dict) -> NodeConfig:
     base = {
         "node": {"data_dir": str(tmp / "run")},
-        "model": {"name_or_path": str(model_dir), "threads": 2},
+        "model": {"name_or_path": str(model_dir), "threads": 2, "seed": 0},
         "tasks": {"mixture": [{"source": "add"}]},
         "sampler": {"group_size": 2, "max_new_tokens": 12},
-        "train": {"learning_rate": 1e-5},
+        # No entropy bonus: these tests were written before 0.1 became the default.
+        "train": {"learning_rate": 1e-5, "entropy_coef": 0.0},
     }
     for key, value in sections.items():
         base[key] = {**base.get(key, {}), **value}

@@ -32,7 +32,8 @@ SAPO_ARITHMETIC = {  # genrl's datasets.yaml for the SAPO paper
 
 
 def _tasks(options: dict) -> dict:
-    return {"tasks": {"mixture": [{"source": "rg:basic_arithmetic", "options": options}]}}
+    mixture = [{"source": "rg:basic_arithmetic", "options": options}]
+    return {"tasks": {"mixture": mixture, "seed": 0}}
 
 
 def test_options_are_checked_at_config_load() -> None:
@@ -89,7 +90,8 @@ def test_workers_serve_the_nodes_variants() -> None:
     )
 
     async def go(found: tuple) -> object:
-        workers = RescoreWorkers(RewardsConfig(), workers=1, timeout_s=120.0, variants=found)
+        correctness = RewardsConfig(format_weight=0.0)  # the rewards below: correctness alone
+        workers = RescoreWorkers(correctness, workers=1, timeout_s=120.0, variants=found)
         await workers.start()
         try:
             return await workers.rescore(group)

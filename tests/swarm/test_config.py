@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,196 @@ def test_every_example_config_loads() -> None:
         except ConfigError as exc:
             failures[path.name] = str(exc)
     assert not failures, failures
+
+
+# ---- one set of defaults (issue 34) --------------------------------------------------
+
+LEARNING_SECTIONS = ("model", "prompt", "sampler", "train", "sapo", "tasks", "rewards")
+LEARNING_SECTIONS += ("deltas", "eval")
+"""Where an example's values decide what a node learns; [node], [transport], [gossip]
+and [logging] are the example's own business."""
+_KEY = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=")
+_HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.]+)\s*\]\]?")
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """`section.key` -> its line index, for every key of a table and every `[[array]]`
+    table (the line of its first header)."""
+    where: dict[str, int] = {}
+    section = ""
+    for index, line in enumerate(text.splitlines()):
+        if line.lstrip().startswith("#"):
+            continue
+        header = _HEADER.match(line)
+        if header:
+            section = header.group(1)
+            if line.lstrip().startswith("[["):
+                where.setdefault(section, index)
+            continue
+        key = _KEY.match(line)
+        if key:
+            where.setdefault(f"{section}.{key.group(1)}", index)
+    return where
+
+
+def _trailing_comment(line: str) -> bool:
+    """Whether `line` has a `#` outside its strings (a TOML comment)."""
+    quote = ""
+    for char in line:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            return True
+    return False
+
+
+def _commented(lines: list[str], index: int) -> bool:
+    above = lines[index - 1].strip() if index > 0 else ""
+    return _trailing_comment(lines[index]) or above.startswith("#")
+
+
+def _defaults_problems(path: Path) -> list[str]:
+    """What the examples' rule refuses in `path` (see the test below)."""
+    text = path.read_text()
+    data = tomllib.loads(text)
+    config, default = load_config(path), NodeConfig()
+    lines, where = text.splitlines(), _key_lines(text)
+    problems = []
+    for section in LEARNING_SECTIONS:
+        for key, value in data.get(section, {}).items():
+            name = f"{section}.{key}"
+            if key == "seed":
+                problems.append(f"{name}: copies of this file would share it; leave it unset")
+                continue
+            ours = getattr(getattr(config, section), key)
+            if isinstance(value, dict):  # a sub-table: its keys against its defaults
+                base = type(ours)()
+                for sub in value:
+                    if getattr(ours, sub) == getattr(base, sub):
+                        problems.append(f"{name}.{sub}: restates the default; delete it")
+                continue
+            if ours == getattr(getattr(default, section), key):
+                problems.append(f"{name}: restates the default; delete it")
+            elif not _commented(lines, where[name]):
+                problems.append(f"{name}: differs from the default without a comment saying why")
+    return problems
+
+
+def test_examples_differ_from_the_defaults_only_with_a_reason() -> None:
+    """Issue 34: the config models' defaults are the one set (they learn); an example
+    restates none of them in the sections that decide learning, sets a different value
+    only with a comment on that line or the line above saying why, and sets no seed
+    (two nodes made from one example must not sample identical tasks)."""
+    files = sorted(EXAMPLES.glob("*.toml"))
+    assert files
+    problems = {path.name: _defaults_problems(path) for path in files}
+    assert not {name: found for name, found in problems.items() if found}, problems
+
+
+def test_the_examples_rule_catches_what_it_should(tmp_path: Path) -> None:
+    path = tmp_path / "x.toml"
+    path.write_text(
+        "[train]\nlearning_rate = 1e-5\nentropy_coef = 0.1\n"
+        "[tasks]\nseed = 3\n[[tasks.mixture]]\nsource = 'add'\n"
+        "[model.lora]\nenabled = false\n"
+    )
+    found = "\n".join(_defaults_problems(path))
+    assert "train.learning_rate: differs from the default without a comment" in found
+    assert "train.entropy_coef: restates the default" in found
+    assert "tasks.seed: copies of this file would share it" in found
+    assert "tasks.mixture: differs from the default without a comment" in found
+    assert "model.lora.enabled: restates the default" in found
+    path.write_text("[train]\n# slower: a pretrained model\nlearning_rate = 1e-5\n")
+    assert _defaults_problems(path) == []
+    path.write_text("[train]\nlearning_rate = 1e-5  # a pretrained model\n")
+    assert _defaults_problems(path) == []
+
+
+def test_a_minimal_config_gets_the_settings_that_learn() -> None:
+    """The defaults are what `swarm init` and `swarm demo` used to write as their own
+    copy (the set `tests/cli/test_init_learns.py` trains), not the set that did not
+    learn (`add`, lr 1e-4, no entropy bonus, no format reward, 8 new tokens)."""
+    config = parse_config({"node": {"name": "me"}})
+    assert config.model.name_or_path == "builtin:tiny"
+    assert [spec.source for spec in config.tasks.mixture] == ["digit"]
+    assert (config.sampler.group_size, config.sampler.max_new_tokens) == (8, 2)
+    assert (config.train.learning_rate, config.train.entropy_coef) == (3e-4, 0.1)
+    assert config.rewards.format_weight == 0.5
+    assert (config.sapo.local_groups, config.sapo.external_groups) == (4, 4)
+
+
+def test_unset_seeds_come_from_the_key_and_set_ones_stay() -> None:
+    config = parse_config({})
+    assert config.model.seed is None and config.tasks.seed is None
+    a = config.with_node_seeds(Identity.from_seed(b"a" * 32).peer_id)
+    b = config.with_node_seeds(Identity.from_seed(b"b" * 32).peer_id)
+    again = config.with_node_seeds(Identity.from_seed(b"a" * 32).peer_id)
+    assert (a.model.seed, a.tasks.seed) == (again.model.seed, again.tasks.seed)  # a restart
+    assert a.model.seed != b.model.seed and a.tasks.seed != b.tasks.seed
+    assert a.model.seed != a.tasks.seed
+    assert all(0 <= s < 2**53 for s in (a.model.seed, a.tasks.seed, b.model.seed))
+    pinned = parse_config({"model": {"seed": 7}, "tasks": {"seed": 9}})
+    assert pinned.with_node_seeds(Identity.from_seed(b"a" * 32).peer_id) == pinned
+    half = parse_config({"model": {"seed": 7}}).with_node_seeds(
+        Identity.from_seed(b"a" * 32).peer_id
+    )
+    assert (half.model.seed, half.tasks.seed) == (7, a.tasks.seed)
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (
+            {"train": {"foreign_eos": True}},
+            'foreign_eos = True does nothing unless foreign_trajectory = "text"',
+        ),
+        ({"train": {"foreign_trajectory": "text", "foreign_stop": "all"}}, "foreign_stop"),
+        ({"train": {"min_mean_logprob": -3.0}}, 'unless foreign_rule = "plausible"'),
+        ({"train": {"schedule_steps": 500}}, 'unless lr_schedule = "linear" or "cosine"'),
+        ({"sapo": {"cohort_ramp_rounds": 8}}, "unless cohort_rounds > 0"),
+        ({"sapo": {"novelty_window": 4}}, 'unless external_selection = "signal"'),
+        ({"model": {"master_weights": False}}, 'unless dtype = "bfloat16" or "float16"'),
+        ({"model": {"lora": {"rank": 8}}}, "rank = 8 does nothing unless enabled = true"),
+        ({"prompt": {"template": "plain", "few_shot": 0}}, "few_shot"),
+        ({"sampler": {"vllm_max_model_len": 2048}}, 'unless backend = "vllm"'),
+        ({"rewards": {"format_weight": 0.0, "answer_format": "answer_block"}}, "format_weight > 0"),
+        ({"eval": {"every": 0, "num_tasks": 64}}, "unless every > 0"),
+        ({"logging": {"wandb_project": "x"}}, 'unless backends includes "wandb"'),
+        ({"deltas": {"density": 0.1}}, "unless enabled = true"),
+        ({"deltas": {"enabled": True, "keyframe_every": 4}}, 'scheme = "choco"'),
+        ({"deltas": {"enabled": True, "encoding": "dense_fp16", "bits": 4}}, 'encoding = "topk"'),
+    ],
+)
+def test_a_knob_that_would_do_nothing_is_refused(data: dict, says: str) -> None:
+    message = error_of(data)
+    assert says in message, message
+    assert "set that, or delete" in message
+    section = next(iter(data))
+    assert f"node.toml: {section}" in message
+
+
+def test_the_same_knobs_are_accepted_where_they_act() -> None:
+    parse_config(
+        {
+            "train": {
+                "foreign_trajectory": "text",
+                "foreign_eos": True,
+                "foreign_rule": "plausible",
+                "min_mean_logprob": -3.0,
+                "lr_schedule": "cosine",
+                "schedule_steps": 500,
+            },
+            "sapo": {"cohort_rounds": 8, "cohort_ramp_rounds": 8},
+            "model": {"dtype": "bfloat16", "master_weights": False, "seed": 1},
+            "logging": {"backends": ["wandb"], "wandb_project": "x"},
+            "deltas": {"enabled": True, "scheme": "choco", "keyframe_every": 4},
+        }
+    )
+
+
+def test_deltas_with_a_built_in_model_need_one_model_seed() -> None:
+    message = error_of({"deltas": {"enabled": True}})
+    assert "model.seed" in message and "model family" in message
+    parse_config({"deltas": {"enabled": True}, "model": {"seed": 0}})

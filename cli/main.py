@@ -315,21 +315,24 @@ def join(
 
     async def run() -> Node:
         node = build_node(config, on_round=show, on_event=event)
-        resumed = node.resume()
-        if resumed is not None:
-            _say(f"resumed from {resumed} at round {node.rounds_done}")
-        _install_stop_handlers(node.request_stop)
+        try:
+            resumed = node.resume()
+            if resumed is not None:
+                _say(f"resumed from {resumed} at round {node.rounds_done}")
+            _install_stop_handlers(node.request_stop)
 
-        def started() -> None:
-            _say(f"peer id {node.peer_id}")
-            for addr in node.listen_addrs():
-                _say(f"listening on {addr}")
-            if wait_peers:
-                _say(f"waiting up to {wait_timeout:.0f} s for {wait_peers} peer(s)")
+            def started() -> None:
+                _say(f"peer id {node.peer_id}")
+                for addr in node.listen_addrs():
+                    _say(f"listening on {addr}")
+                if wait_peers:
+                    _say(f"waiting up to {wait_timeout:.0f} s for {wait_peers} peer(s)")
 
-        await node.run(
-            rounds, on_started=started, wait_peers=wait_peers, wait_timeout_s=wait_timeout
-        )
+            await node.run(
+                rounds, on_started=started, wait_peers=wait_peers, wait_timeout_s=wait_timeout
+            )
+        finally:
+            node.close()
         return node
 
     with hold_node(config, "join"), dashboard_for_node(dashboard_at, config.node.data_dir):
@@ -365,9 +368,12 @@ def train(
         node = build_node(
             config, on_round=lambda r: print_round(console, config.node.name, r.record)
         )
-        node.resume()
-        _install_stop_handlers(node.request_stop)
-        await node.run(rounds)
+        try:
+            node.resume()
+            _install_stop_handlers(node.request_stop)
+            await node.run(rounds)
+        finally:
+            node.close()
         return node
 
     with hold_node(config, "train"), dashboard_for_node(dashboard_at, config.node.data_dir):

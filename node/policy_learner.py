@@ -15,6 +15,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import torch
 from node.choco_deltas import ChocoExchange
 from node.deltas import DeltaExchange, model_params
 from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
+from node.ranks import Command, TrainingRanks, rank_device
 from node.rescore import Refused
 from policy.checkpoint import (
     capture_checkpoint,
@@ -33,6 +35,7 @@ from policy.checkpoint import (
 )
 from policy.loading import load_policy_model, model_family, resolve_device
 from policy.lora import apply_lora, lora_family, lora_settings
+from policy.parallel import RankInfo, optimizer_state_by_index, optimizer_state_by_name
 from policy.precision import compute_dtype, configure_threads
 from policy.prompts import PromptRenderer
 from policy.sampler import SamplingParams, make_sampler, stop_token_ids
@@ -50,37 +53,104 @@ from swarm.errors import ConfigError
 from swarm.messages import DeltaPacket, TaskRef
 
 
+@dataclass
+class Trainable:
+    """A node's policy made ready to train: what every training rank builds alike."""
+
+    model: Any
+    tokenizer: Any
+    model_family: str
+    lora: dict[str, Any] | None
+    """The adapter settings of a LoRA node (None: full fine-tuning)."""
+    device: torch.device
+    renderer: PromptRenderer
+    trainer: Trainer
+    whole: Any = None
+    """FSDP's rank 0: a whole, unsharded copy of the model (made before sharding) that
+    samples, shares deltas and is checkpointed; the trainer's own holds shards."""
+
+
+def load_trainable(config: NodeConfig, ranks: RankInfo | None = None) -> Trainable:
+    """Loads the model (with its LoRA adapter) and builds its trainer; with `ranks`, this
+    process is one of the node's training ranks (the trainer joins their engine)."""
+    torch.manual_seed(config.model.seed or 0)
+    model, tokenizer = load_policy_model(config.model)
+    family = model_family(model)
+    lora = config.model.lora
+    if lora.enabled:
+        model = apply_lora(model, lora)
+        family = lora_family(family, lora)
+        if config.model.gradient_checkpointing:
+            model.enable_input_require_grads()
+    device = resolve_device(config.model.device)
+    if ranks is not None:
+        device = rank_device(device, ranks.rank)
+    try:
+        renderer = PromptRenderer(tokenizer, config.prompt, solved_examples)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    whole = None
+    if ranks is not None and ranks.kind == "fsdp" and ranks.rank == 0:
+        whole = copy.deepcopy(model)  # requires_grad as the trainer's: deltas, names
+    trainer = Trainer(
+        model,
+        tokenizer,
+        config.train,
+        device,
+        config.sampler,
+        renderer=renderer,
+        compute_dtype=compute_dtype(config.model),
+        ranks=ranks,
+    )
+    return Trainable(
+        model,
+        tokenizer,
+        family,
+        lora_settings(lora) if lora.enabled else None,
+        device,
+        renderer,
+        trainer,
+        whole,
+    )
+
+
 class PolicyLearner:
     def __init__(self, config: NodeConfig) -> None:
         self.threads = configure_threads(
             config.model.threads, config.model.name_or_path.startswith(BUILTIN_PREFIX)
         )
-        torch.manual_seed(config.model.seed)
-        self.model, self.tokenizer = load_policy_model(config.model)
-        self.model_id = config.model.name_or_path
-        self.model_family = model_family(self.model)
-        lora = config.model.lora
-        self.lora = lora_settings(lora) if lora.enabled else None
-        """The adapter settings of a LoRA node (None: full fine-tuning)."""
-        if lora.enabled:
-            self.model = apply_lora(self.model, lora)
-            self.model_family = lora_family(self.model_family, lora)
-            if config.model.gradient_checkpointing:
-                self.model.enable_input_require_grads()
-        self.device = resolve_device(config.model.device)
+        self.ranks: TrainingRanks | None = None
+        """The node's other training ranks (`train.ranks` > 1), started here."""
+        info = None
+        if config.train.ranks > 1:
+            self.ranks = TrainingRanks(config, resolve_device(config.model.device))
+            info = self.ranks.info
         try:
-            self.renderer = PromptRenderer(self.tokenizer, config.prompt, solved_examples)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        self.trainer = Trainer(
-            self.model,
-            self.tokenizer,
-            config.train,
-            self.device,
-            config.sampler,
-            renderer=self.renderer,
-            compute_dtype=compute_dtype(config.model),
-        )
+            built = load_trainable(config, info)
+        except BaseException:
+            if self.ranks is not None:
+                self.ranks.close(grace_s=1.0)
+            raise
+        self.trainer = built.trainer
+        self.sharded = built.whole is not None
+        """FSDP: the trainer holds shards; `model` is rank 0's whole copy, refreshed after
+        each step (sampling, deltas and checkpoints use it)."""
+        self.model = built.whole if self.sharded else built.model
+        self.tokenizer = built.tokenizer
+        self._checkpoint_optimizer = self.trainer.optimizer
+        """The optimizer checkpoints save and load: the trainer's own, or under FSDP one of
+        the whole model's, filled with the gathered state before each save."""
+        if self.sharded:
+            trainable = [p for p in self.model.parameters() if p.requires_grad]
+            self._checkpoint_optimizer = torch.optim.AdamW(
+                trainable or [torch.nn.Parameter(torch.zeros(1))]
+            )
+        self.model_id = config.model.name_or_path
+        self.model_family = built.model_family
+        self.lora = built.lora
+        """The adapter settings of a LoRA node (None: full fine-tuning)."""
+        self.device = built.device
+        self.renderer = built.renderer
         # Overlapped sampling reads weights while training writes them: the transformers
         # sampler then gets its own copy (vLLM always has one), refreshed under the lock.
         self.sample_overlap = config.sampler.overlap
@@ -119,8 +189,13 @@ class PolicyLearner:
 
     def _sync_sampler(self) -> None:
         """The trainer's weights into the sampler, between generation batches."""
+        weights = (
+            {k: v.detach() for k, v in self.model.state_dict().items()}
+            if self.sharded
+            else self.trainer.state_dict_for_sampler()
+        )
         with self._sampler_lock:
-            self.sampler.update_weights(self.trainer.state_dict_for_sampler())
+            self.sampler.update_weights(weights)
             self._sampler_version = self.policy_version
 
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
@@ -201,7 +276,10 @@ class PolicyLearner:
             )
             for e in external
         ]
-        stats = self.trainer.step(groups)
+        if self.ranks is not None:
+            stats = self.ranks.run(Command("step", groups), lambda: self._step_on_ranks(groups))
+        else:
+            stats = self.trainer.step(groups)
         self._sync_sampler()
         return TrainResult(stats.as_dict(), time.perf_counter() - start)
 
@@ -248,17 +326,20 @@ class PolicyLearner:
         packet = self.deltas.maybe_make_packet(self.policy_version, params)
         stats = self.deltas.merge_into(params, own_round)
         if stats.applied_norm > 0:
+            self._weights_to_ranks()
             self._sync_sampler()
         return packet, {**stats.as_dict(), "bytes_out": len(packet.tensors) if packet else 0}
 
     def capture(self, directory: Path, manifest: dict[str, Any]) -> Callable[[], None]:
+        if self.save_optimizer and self.trainer.policy_version > 0:
+            self._gather_optimizer()  # (no state before the first step: nothing to gather)
         rng = rng_state_tensors()
         if self.deltas is not None:
             rng.update({"deltas/" + k: v for k, v in self.deltas.state_tensors().items()})
         image = capture_checkpoint(
             directory,
             self.model,
-            self.trainer.optimizer if self.save_optimizer else None,
+            self._checkpoint_optimizer if self.save_optimizer else None,
             rng,
             {**manifest, "policy_version": self.policy_version},
             tokenizer=self.tokenizer,
@@ -270,7 +351,7 @@ class PolicyLearner:
         self.capture(directory, manifest)()
 
     def load(self, directory: Path) -> dict[str, Any]:
-        manifest, extra = load_checkpoint(directory, self.model, self.trainer.optimizer)
+        manifest, extra = load_checkpoint(directory, self.model, self._checkpoint_optimizer)
         restore_rng_state(extra)
         if self.deltas is not None:
             state = {
@@ -281,5 +362,66 @@ class PolicyLearner:
             else:
                 self.deltas.rebase(model_params(self.model), self.policy_version)
         self.trainer.policy_version = int(manifest["policy_version"])
+        if self.ranks is not None:
+            self._load_on_ranks()
         self._sync_sampler()
         return manifest
+
+    def _step_on_ranks(self, groups: list[TrainGroup]) -> Any:
+        """Rank 0's side of a `step` command (`node.rank_worker` runs the others')."""
+        stats = self.trainer.step(groups)
+        if self.sharded:
+            assert self.trainer.parallel is not None
+            self.model.load_state_dict(self.trainer.parallel.gathered_state_dict())
+        return stats
+
+    def _weights_to_ranks(self) -> None:
+        """Rank 0's weights, changed outside a training step (a merge), to the other ranks."""
+        if self.ranks is not None and self.trainer.parallel is not None:
+            parallel = self.trainer.parallel
+            state = self.model.state_dict() if self.sharded else None
+            self.ranks.run(Command("sync"), lambda: parallel.load_full_state_dict(state))
+
+    def _trainable_names(self) -> list[str]:
+        return [n for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def _gather_optimizer(self) -> None:
+        """FSDP: the trainer's sharded optimizer state into the whole-model optimizer that
+        checkpoints save (a collective of every rank)."""
+        if not self.sharded or self.ranks is None:
+            return
+        parallel = self.trainer.parallel
+        assert parallel is not None
+        optimizer = self.trainer.optimizer
+        state = self.ranks.run(
+            Command("gather_optimizer"), lambda: parallel.gathered_optimizer_state(optimizer)
+        )
+        self._checkpoint_optimizer.load_state_dict(
+            optimizer_state_by_index(state, self._trainable_names())
+        )
+
+    def _load_on_ranks(self) -> None:
+        """Rank 0's restored weights, optimizer state and policy version to every rank."""
+        assert self.ranks is not None and self.trainer.parallel is not None
+        parallel, optimizer = self.trainer.parallel, self.trainer.optimizer
+        saved = self._checkpoint_optimizer.state_dict() if self.save_optimizer else None
+        if saved is not None and not saved["state"]:
+            saved = None  # saved before any step: the optimizer starts fresh
+        if not self.sharded:  # DDP: every rank's optimizer holds rank 0's whole state
+            payload = (saved, self.policy_version, False)
+            self.ranks.run(Command("load", payload), lambda: parallel.load_full_state_dict(None))
+            return
+        by_name = optimizer_state_by_name(saved, self._trainable_names()) if saved else None
+        weights = self.model.state_dict()
+
+        def load() -> None:
+            parallel.load_full_state_dict(weights)
+            if by_name is not None:
+                parallel.load_optimizer_state(optimizer, by_name)
+
+        self.ranks.run(Command("load", (None, self.policy_version, by_name is not None)), load)
+
+    def close(self) -> None:
+        """Stops the node's other training ranks, if any (after the last step)."""
+        if self.ranks is not None:
+            self.ranks.close()

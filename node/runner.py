@@ -194,6 +194,13 @@ class Node:
 
     # ---- lifecycle -------------------------------------------------------------------
 
+    def close(self) -> None:
+        """Releases what the learner holds outside this process (a multi-rank node's other
+        training ranks, `node.ranks`); call once the node will not run again."""
+        close = getattr(self.learner, "close", None)  # only learners that hold ranks
+        if callable(close):
+            close()
+
     def resume(self) -> Path | None:
         """Load the newest checkpoint that loads cleanly, if any (`node.resume`)."""
         return resume(self)

@@ -69,6 +69,7 @@ so old and new logprobs agree exactly at the first iteration); the reference pol
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections import defaultdict
@@ -81,6 +82,7 @@ from policy.advantages import group_advantages, is_degenerate, keep_mask
 from policy.losses import LOSSES, loss_normalizer
 from policy.micro_batches import micro_batches
 from policy.offpolicy import plausible, tis_or_one
+from policy.parallel import ParallelModel, RankInfo, assign_micro_batches, clip_grad_norm
 from policy.precision import lr_factor
 from policy.prompts import PromptRenderer
 from policy.sampler import encode_completion, pad_token_id, stop_token_ids
@@ -132,6 +134,7 @@ class Trainer:
         renderer: PromptRenderer | None = None,
         compute_dtype: torch.dtype | None = None,
         packed: bool = True,
+        ranks: RankInfo | None = None,
     ) -> None:
         self.device = torch.device(device) if device is not None else model.device
         self.model = model.to(self.device)
@@ -146,11 +149,6 @@ class Trainer:
             sampler_config.max_new_tokens if sampler_config is not None else None
         )
         self.loss_fn = LOSSES[train_config.loss_type]
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=train_config.learning_rate,
-            weight_decay=train_config.weight_decay,
-        )
         self.ref_model = None
         if train_config.beta > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -170,6 +168,16 @@ class Trainer:
         )
         """Logprobs of completions: shared-prefix packed where verified on this model
         (`fallback_reason` says why not), else the plain forward."""
+        self.parallel = (
+            ParallelModel(self.model, ranks) if ranks is not None and ranks.world > 1 else None
+        )
+        """The engine (DDP / FSDP) across this node's ranks; None: one process. Made before
+        the optimizer, which must hold FSDP's sharded parameters."""
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=train_config.learning_rate,
+            weight_decay=train_config.weight_decay,
+        )
         self._tokens_computed = 0
         self._padding_tokens = 0
         self._group_lp: defaultdict[int, list[float]] = defaultdict(lambda: [0.0, 0])
@@ -267,13 +275,51 @@ class Trainer:
         )
         return lp, mask, entropies
 
-    def _no_grad_logprobs(self, model: Any, micro: list[list[_Row]]) -> list[torch.Tensor]:
+    def _no_grad_logprobs(self, micro: list[list[_Row]], n_empty: int) -> list[torch.Tensor]:
         out = []
         with torch.no_grad():
             for mb in micro:
-                lp, _, _ = self._logprobs(model, mb)
+                if self.parallel is None:
+                    lp, _, _ = self._logprobs(self.model, mb)
+                else:
+                    lp, _, _ = self.parallel.plain_compute(lambda m, mb=mb: self._logprobs(m, mb))
                 out.append(lp)
+            if self.parallel is not None and self.parallel.info.kind == "fsdp":
+                for _ in range(n_empty):
+                    self._empty_pass(grad=False)
         return out
+
+    def _my_share(self, micro: list[list[_Row]]) -> tuple[list[list[_Row]], int, int]:
+        """(this rank's micro-batches, empty passes it runs beside them in a gradient
+        pass, and in a no-grad pass): see `policy.parallel`'s invariants."""
+        if self.parallel is None:
+            return micro, 0, 0
+        world = self.parallel.world
+        owner = assign_micro_batches([sum(len(r.ids) for r in mb) for mb in micro], world)
+        rank = self.parallel.info.rank
+        mine = [mb for mb, owner_rank in zip(micro, owner, strict=True) if owner_rank == rank]
+        if self.parallel.info.kind == "ddp":
+            return mine, 0 if mine else 1, 0
+        most = max((owner.count(r) for r in range(world)), default=0)
+        n_empty = max(most, 1) - len(mine)
+        return mine, n_empty, most - len(mine)
+
+    def _empty_pass(self, grad: bool) -> None:
+        """One token through the engine with zero loss: keeps a rank with less work in step
+        with the others' collectives (see `policy.parallel`)."""
+        assert self.parallel is not None
+        one = [([self.token_logprobs.pad_id], [self.token_logprobs.pad_id])]
+        lp, _, _ = self.parallel.compute(lambda m: self.token_logprobs(m, one))
+        if grad:
+            (lp.sum() * 0.0).backward()
+
+    def _sum_across_ranks(self, values: list[float]) -> list[float]:
+        return values if self.parallel is None else self.parallel.sum(values)
+
+    def _sync(self, sync: bool) -> Any:
+        if self.parallel is None:
+            return contextlib.nullcontext()
+        return self.parallel.gradient_sync(sync)
 
     def _micro_weights(
         self, mb: list[_Row], old_lp: torch.Tensor, stats: StepStats, sums: dict[bool, list]
@@ -365,7 +411,9 @@ class Trainer:
         self._tokens_computed = self._padding_tokens = 0
         self._group_lp.clear()
         self.model.eval()
-        micro = micro_batches(rows, self.config.micro_batch_size)
+        micro, n_empty, n_empty_no_grad = self._my_share(
+            micro_batches(rows, self.config.micro_batch_size)
+        )
         # Old logprobs (and the weights that depend on them) are known before the update
         # only where needed: over several iterations, or on the reference path. At one
         # optimizer step per batch they equal the update pass's own, detached.
@@ -374,12 +422,15 @@ class Trainer:
         n_left_out = tokens_left_out = 0
         sums: dict[bool, list] = {False: [0.0, 0], True: [0.0, 0]}
         if self.config.num_iterations > 1 or not self.token_logprobs.packed:
-            old = self._no_grad_logprobs(self.model, micro)
+            old = self._no_grad_logprobs(micro, n_empty_no_grad)
             for mb, old_lp in zip(micro, old, strict=True):
                 w, n, tokens = self._micro_weights(mb, old_lp, stats, sums)
                 weights.append(w)
                 n_left_out += n
                 tokens_left_out += tokens
+            n_left_out, tokens_left_out = self._left_out_across_ranks(
+                n_left_out, tokens_left_out, stats, sums
+            )
             self._weight_means(sums, stats)
             if n_left_out == len(rows):
                 stats.seconds = time.perf_counter() - started
@@ -389,6 +440,7 @@ class Trainer:
         checkpointing = bool(getattr(self.model, "is_gradient_checkpointing", False))
         longest = max(len(r.ids) - r.start for r in rows)
         grads: dict[str, torch.Tensor] = {}
+        n_passes = len(micro) + n_empty
         for _ in range(self.config.num_iterations):
             lr = self.config.learning_rate * lr_factor(self.policy_version, self.config)
             for param_group in self.optimizer.param_groups:
@@ -402,43 +454,26 @@ class Trainer:
             # completions the plausibility rule leaves out is known only then.
             loss_sum, clip_tokens, kl_tokens, entropy_tokens = 0.0, 0.0, 0.0, 0.0
             for i, mb in enumerate(micro):
-                lp, mask, entropy = self._logprobs(
-                    self.model, mb, entropy=self.config.entropy_coef > 0
-                )
-                if old is not None:
-                    old_lp, w = old[i], weights[i]
-                else:
-                    old_lp = lp.detach()
-                    w, n, tokens = self._micro_weights(mb, old_lp, stats, sums)
-                    n_left_out += n
-                    tokens_left_out += tokens
-                ref_lp = None
-                if self.ref_model is not None:
-                    with torch.no_grad():
-                        ref_lp, _, _ = self._logprobs(self.ref_model, mb)
-                out = self.loss_fn(
-                    lp,
-                    old_lp,
-                    torch.tensor([r.advantage for r in mb], device=self.device),
-                    mask,
-                    epsilon=self.config.epsilon,
-                    epsilon_high=self.config.epsilon_high,
-                    ref_logprobs=ref_lp,
-                    beta=self.config.beta,
-                    importance_weights=w,
-                    entropy=entropy,
-                    entropy_coef=self.config.entropy_coef,
-                    num_sequences=1,
-                    num_tokens=1,
-                    max_completion_length=1,
-                )
-                out.loss.backward()
+                with self._sync(i == n_passes - 1):
+                    out, n, tokens = self._micro_loss(mb, old, weights, i, stats, sums)
+                    out.loss.backward()
+                n_left_out += n
+                tokens_left_out += tokens
                 loss_sum += float(out.loss.detach())
                 clip_tokens += out.clip_frac * out.n_tokens
                 kl_tokens += out.kl * out.n_tokens
                 entropy_tokens += out.entropy * out.n_tokens
+            for k in range(n_empty):
+                with self._sync(len(micro) + k == n_passes - 1):
+                    self._empty_pass(grad=True)
             self.model.eval()
+            loss_sum, clip_tokens, kl_tokens, entropy_tokens = self._sum_across_ranks(
+                [loss_sum, clip_tokens, kl_tokens, entropy_tokens]
+            )
             if old is None:
+                n_left_out, tokens_left_out = self._left_out_across_ranks(
+                    n_left_out, tokens_left_out, stats, sums
+                )
                 self._weight_means(sums, stats)
                 if n_left_out == len(rows):
                     self.optimizer.zero_grad(set_to_none=True)
@@ -452,25 +487,30 @@ class Trainer:
                 # completion (one constant for every micro-batch of the step).
                 max_completion_length=self.max_completion_length or longest,
             )
+            # The engines average over ranks what the micro-batches summed.
+            scale = (self.parallel.world if self.parallel is not None else 1) / normalizer
             for param in self.model.parameters():
                 if param.grad is not None:
-                    param.grad.div_(normalizer)
+                    param.grad.mul_(scale)
             loss_total = loss_sum / normalizer
             if not apply:
-                grads = {
-                    name: p.grad.detach().clone()
-                    for name, p in self.model.named_parameters()
-                    if p.grad is not None
-                }
+                grads = (
+                    self.parallel.full_gradients()
+                    if self.parallel is not None
+                    else {
+                        name: p.grad.detach().clone()
+                        for name, p in self.model.named_parameters()
+                        if p.grad is not None
+                    }
+                )
                 self.optimizer.zero_grad(set_to_none=True)
                 break
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), self.config.max_grad_norm
-            )
+            grad_norm = clip_grad_norm(list(self.model.parameters()), self.config.max_grad_norm)
             self.optimizer.step()
             self.policy_version += 1
-            stats.grad_norm = float(grad_norm)
+            stats.grad_norm = grad_norm
         self.optimizer.zero_grad(set_to_none=True)
+        self._counters_across_ranks(len(groups))
         n_tokens = sum(len(r.ids) - r.start for r in rows) - tokens_left_out
         stats.loss = loss_total
         stats.n_sequences = len(rows) - n_left_out
@@ -489,3 +529,84 @@ class Trainer:
         stats.seconds = time.perf_counter() - started
         return stats, grads
 
+    def _micro_loss(
+        self,
+        mb: list[_Row],
+        old: list[torch.Tensor] | None,
+        weights: list[torch.Tensor | None],
+        i: int,
+        stats: StepStats,
+        sums: dict[bool, list],
+    ) -> tuple[Any, int, int]:
+        """One micro-batch's loss (a sum: unit normalizers) and, where its old logprobs
+        are its own, the rows and tokens the plausibility rule left out."""
+        entropy_on = self.config.entropy_coef > 0
+        if self.parallel is None:
+            lp, mask, entropy = self._logprobs(self.model, mb, entropy=entropy_on)
+        else:
+            lp, mask, entropy = self.parallel.compute(
+                lambda m: self._logprobs(m, mb, entropy=entropy_on)
+            )
+        n = tokens = 0
+        if old is not None:
+            old_lp, w = old[i], weights[i]
+        else:
+            old_lp = lp.detach()
+            w, n, tokens = self._micro_weights(mb, old_lp, stats, sums)
+        ref_lp = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_lp, _, _ = self._logprobs(self.ref_model, mb)
+        out = self.loss_fn(
+            lp,
+            old_lp,
+            torch.tensor([r.advantage for r in mb], device=self.device),
+            mask,
+            epsilon=self.config.epsilon,
+            epsilon_high=self.config.epsilon_high,
+            ref_logprobs=ref_lp,
+            beta=self.config.beta,
+            importance_weights=w,
+            entropy=entropy,
+            entropy_coef=self.config.entropy_coef,
+            num_sequences=1,
+            num_tokens=1,
+            max_completion_length=1,
+        )
+        return out, n, tokens
+
+    def _left_out_across_ranks(
+        self, n_left_out: int, tokens_left_out: int, stats: StepStats, sums: dict[bool, list]
+    ) -> tuple[int, int]:
+        """The step's plausibility and weight counters summed over ranks (each rank counted
+        its own micro-batches); returns the rows and tokens left out."""
+        if self.parallel is None:
+            return n_left_out, tokens_left_out
+        total = self.parallel.sum(
+            [
+                n_left_out,
+                tokens_left_out,
+                stats.n_peer_plausible,
+                stats.n_peer_implausible,
+                *sums[False],
+                *sums[True],
+            ]
+        )
+        stats.n_peer_plausible, stats.n_peer_implausible = int(total[2]), int(total[3])
+        sums[False] = [total[4], int(total[5])]
+        sums[True] = [total[6], int(total[7])]
+        return int(total[0]), int(total[1])
+
+    def _counters_across_ranks(self, n_groups: int) -> None:
+        """Tokens computed and each group's logprob sums, over all ranks."""
+        if self.parallel is None:
+            return
+        flat = [float(self._tokens_computed), float(self._padding_tokens)]
+        for i in range(n_groups):
+            flat += self._group_lp[i] if i in self._group_lp else [0.0, 0]
+        total = self.parallel.sum(flat)
+        self._tokens_computed, self._padding_tokens = int(total[0]), int(total[1])
+        self._group_lp.clear()
+        for i in range(n_groups):
+            if total[3 + 2 * i]:
+                self._group_lp[i] = [total[2 + 2 * i], int(total[3 + 2 * i])]

@@ -254,11 +254,35 @@ class TrainConfig(StrictModel):
     In the lr 3e-4 SAPO grid (docs/sapo_grid.md) -4.0 left out 33% of peers' completions
     and matched ratio one (0.99x [0.93, 1.07]); -3.0 left out 58% and cost 0.91x [0.78,
     1.07] (5 seeds)."""
+    parallel: Literal["none", "ddp", "fsdp"] = "none"
+    """Training across `ranks` local processes with torch.distributed (`policy.parallel`):
+    `ddp` (a full replica per rank, gradients all-reduced) or `fsdp` (FSDP2: parameters,
+    gradients and optimizer state sharded over the ranks). Each step's micro-batches are
+    divided among the ranks; the step equals the one-process step. Rank 0 is the node on
+    the network; `swarm join` starts the others. See docs/parallel.md."""
+    ranks: int = Field(1, ge=1, le=64)
+    """Processes that train this node's policy (with `parallel` other than `none`): one
+    per device on GPUs (`model.device = "cuda"`: rank r uses `cuda:r`), any number on a
+    CPU (gloo; there it shows the overhead, not a speed-up)."""
 
     @model_validator(mode="after")
     def _clip_order(self) -> TrainConfig:
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             raise ValueError("epsilon_high must be >= epsilon")
+        return self
+
+    @model_validator(mode="after")
+    def _ranks(self) -> TrainConfig:
+        if self.parallel == "none" and self.ranks != 1:
+            raise ValueError(
+                f'train.ranks = {self.ranks} needs train.parallel = "ddp" or "fsdp" (with '
+                'parallel = "none" the node trains in one process: set ranks = 1)'
+            )
+        if self.parallel != "none" and self.ranks == 1:
+            raise ValueError(
+                f'train.parallel = "{self.parallel}" needs train.ranks >= 2 (one process is '
+                'parallel = "none")'
+            )
         return self
 
     @model_validator(mode="after")

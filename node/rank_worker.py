@@ -1,0 +1,93 @@
+"""A node's training rank other than 0 (`python -m node.rank_worker <folder> <rank>`),
+started by rank 0 (`node.ranks.TrainingRanks`): it loads the node's resolved config and
+its own copy of the model, joins the process group, and runs rank 0's commands until
+told to stop. It has no network identity, no gossip, no checkpoints of its own.
+
+Invariants: it dies with rank 0 (a parent-death signal, and a failed collective where
+rank 0 is gone); it never writes into the node's data dir except its log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch.distributed as dist
+
+from node.policy_learner import load_trainable
+from node.ranks import Command, join_group, rank_device, read_config
+from policy.loading import resolve_device
+from policy.parallel import RankInfo
+from policy.precision import configure_threads
+from policy.tiny import BUILTIN_PREFIX
+from policy.trainer import Trainer
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when the process that started it exits (Linux)."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        print("no parent-death signal on this system: a failed collective stops this rank")
+    if os.getppid() != parent:  # rank 0 died before the signal was set
+        sys.exit(1)
+
+
+def serve(folder: Path, rank: int) -> None:
+    config = read_config(folder)
+    configure_threads(config.model.threads, config.model.name_or_path.startswith(BUILTIN_PREFIX))
+    info = RankInfo(config.train.parallel, rank, config.train.ranks)
+    join_group(info, rank_device(resolve_device(config.model.device), rank), folder / "rendezvous")
+    trainer = load_trainable(config, info).trainer
+    print(f"rank {rank} of {info.world} ready ({info.kind}), pid {os.getpid()}", flush=True)
+    _serve_commands(trainer, info)
+    dist.destroy_process_group()
+    print(f"rank {rank} stopped", flush=True)
+
+
+def _serve_commands(trainer: Trainer, info: RankInfo) -> None:
+    """Rank 0's commands (`node.ranks.Command`), each with its collectives, until `stop`."""
+    parallel = trainer.parallel
+    assert parallel is not None
+    while True:
+        box: list[Command | None] = [None]
+        dist.broadcast_object_list(box, src=0)
+        command = box[0]
+        assert command is not None
+        if command.kind == "step":
+            trainer.step(command.payload)
+            if info.kind == "fsdp":
+                parallel.gathered_state_dict()  # rank 0's whole copy, after each step
+        elif command.kind == "sync":
+            parallel.load_full_state_dict(None)
+        elif command.kind == "gather_optimizer":
+            parallel.gathered_optimizer_state(trainer.optimizer)
+        elif command.kind == "load":
+            # DDP: rank 0's whole optimizer state in the command; FSDP: a collective.
+            optimizer_state, version, collective_optimizer = command.payload
+            if optimizer_state is not None:
+                trainer.optimizer.load_state_dict(optimizer_state)
+            trainer.policy_version = version
+            parallel.load_full_state_dict(None)
+            if collective_optimizer:
+                parallel.load_optimizer_state(trainer.optimizer, None)
+        elif command.kind == "stop":
+            return
+        else:
+            raise ValueError(f"unknown command {command.kind!r} from rank 0")
+
+
+def main(argv: list[str]) -> None:
+    _die_with_parent()
+    serve(Path(argv[0]), int(argv[1]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -50,7 +50,7 @@ def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> 
         config = tomllib.loads(path.read_text())
         config["transport"] = {"type": "mqtt", "host": broker.host, "port": broker.port}
         # A slow learner keeps reward variance: this tests sharing, not learning.
-        config["train"]["learning_rate"] = 1e-6
+        config.setdefault("train", {})["learning_rate"] = 1e-6
         path.write_text(tomli_w.dumps(config))
     ids = [load_or_create_key_file(tmp_path / f"node-{i}" / "node.key").peer_id for i in (0, 1)]
     metrics = [tmp_path / f"node-{i}" / "metrics.jsonl" for i in (0, 1)]

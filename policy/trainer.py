@@ -1,48 +1,19 @@
 """One GRPO optimizer step over a batch of rollout groups, local and foreign.
 
 Per step:
-1. Groups whose rewards are all equal (or that have one completion) carry no GRPO
-   signal: they are skipped and counted (`n_skipped`), never trained on.
-2. Advantages per group (`policy.advantages`); MC-GRPO's pivot sample is dropped.
-3. Token ids: prompts are task questions rendered by the node's `PromptRenderer` (chat
-   template or plain; the sampler uses the same one). A local group's sampled ids are
-   used as they are; a foreign group's (peer's) completion texts are re-tokenized with
-   the local tokenizer (separately from the prompt, so the boundary is exact). Which of
-   its tokens are trained is `policy.trajectories`' rule (`foreign_trajectory`): by
-   default only a completion that ended (the caller says it `finished`), within the local
-   `max_new_tokens` with the local EOS, which is trained where its advantage is positive
-   (`foreign_stop`); anything else is left out of the
-   loss (`n_peer_partial`). So a peer with a larger budget cannot make one sample weigh
-   more than a local one, nor teach a text that never ended with the reward of a text.
-   Completions longer than `max_completion_tokens` are left out (`n_too_long`).
-   Group size: a group of G' completions is weighted `min(1, G / G')` per sequence (G the
-   local group size), folded into its advantages (the policy-gradient term scales
-   exactly: the clipped objective is positively homogeneous in the advantage; the KL
-   term and the token normalizers are not reweighted), so a peer's oversized group
-   counts as one local group at most in the gradient and never dominates a step.
-4. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
+1. Rows (`policy.train_rows` states their invariants): degenerate groups skipped, advantages
+   (larger groups weighted down to the local size), token ids (peers' texts re-tokenized
+   per `foreign_trajectory`), each peer row's treatment (`peer_offpolicy`, `foreign_rule`).
+2. Old logprobs are the trainer's own logprobs of those tokens under the current policy,
    detached (the PPO ratio starts at 1). At `num_iterations = 1` they are the update
    pass's own (the weights have not moved yet), so no separate pass runs; over several
    iterations (or on the plain path) a no-grad pass computes them before the update. For local
    completions with sampler logprobs, truncated importance weights
    min(exp(old - sampler), importance_cap) correct the sampler/trainer mismatch
    (a different backend, or samples from an older policy version): AReaL's decoupled
-   objective, old = the proximal policy, sampler = the behaviour policy.
-   Peers' completions (`policy.offpolicy`, config `peer_offpolicy`, `foreign_rule`):
-   - `peer_offpolicy = "tis"` and the group carries the peer's sampler logprobs (the
-     caller gives them only for a peer of our model family, i.e. our tokenizer and base)
-     and the completion re-tokenizes to exactly that many tokens: the same truncated
-     weights as local samples (`n_peer_tis`). A count that differs (the peer sampled a
-     non-canonical tokenization, or its text was truncated here) falls back to the
-     foreign rule (`n_peer_mismatch`). A peer's claimed logprobs can raise its tokens'
-     weight to `importance_cap` at most (never more), as a stale sample of our own can.
-   - otherwise `foreign_rule`: `ratio_one` trains the completion at weight 1
-     (`n_peer_ratio_one`); `plausible` leaves it out of the loss (weight 0, and out of
-     the step's normalizers) when its mean per-token old logprob is below
-     `min_mean_logprob` (`n_peer_implausible`), else trains it at weight 1
-     (`n_peer_plausible`). Left-out completions still count in their group's
-     advantages (computed in 2., from real rewards).
-5. `num_iterations` optimizer steps on the configured loss (`policy.losses.LOSSES`),
+   objective, old = the proximal policy, sampler = the behaviour policy. Peer rows: TIS on
+   the peer's logprobs, else weight 1, or 0 if `check_plausible` and below `min_mean_logprob`.
+3. `num_iterations` optimizer steps on the configured loss (`policy.losses.LOSSES`),
    gradients accumulated over micro-batches (`micro_batch_size` sequences each, a group's
    sequences together where they fit) with the whole step's normalizers, clipped to
    `max_grad_norm`, at the learning rate
@@ -73,37 +44,22 @@ import contextlib
 import copy
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from policy.advantages import group_advantages, is_degenerate, keep_mask
 from policy.losses import LOSSES, loss_normalizer
 from policy.micro_batches import micro_batches
 from policy.offpolicy import plausible, tis_or_one
 from policy.parallel import ParallelModel, RankInfo, assign_micro_batches, clip_grad_norm
 from policy.precision import lr_factor
 from policy.prompts import PromptRenderer
-from policy.sampler import encode_completion, pad_token_id, stop_token_ids
+from policy.sampler import pad_token_id, stop_token_ids
 from policy.token_logprobs import TokenLogprobs
+from policy.train_rows import Row as _Row  # the name the distributed parts below use
+from policy.train_rows import RowBuilder
 from policy.train_types import StepStats, TrainGroup
-from policy.trajectories import peer_completion_ids
 from swarm.config.learning import SamplerConfig, TrainConfig
-
-
-@dataclass
-class _Row:
-    ids: list[int]
-    start: int
-    advantage: float
-    sampler_logprobs: list[float] | None
-    peer: bool = False
-    """A peer's completion (its weights are reported apart from local ones)."""
-    check_plausible: bool = False
-    """Leave it out of the loss if the local policy finds it implausible."""
-    group: int = 0
-    """Index of its group in the step (a group's rows share one prompt)."""
 
 
 def _train_mode_without_dropout(model: torch.nn.Module) -> None:
@@ -142,7 +98,6 @@ class Trainer:
         self.renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
         self.param_dtype = next(model.parameters()).dtype
         self.compute_dtype = compute_dtype if compute_dtype is not None else self.param_dtype
-        self.group_size = sampler_config.group_size if sampler_config is not None else None
         self.config = train_config
         self.temperature = sampler_config.temperature if sampler_config is not None else 1.0
         self.max_completion_length = (
@@ -155,6 +110,11 @@ class Trainer:
         eos = stop_token_ids(model, tokenizer)
         self.eos_id = (
             tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos, default=None)
+        )
+        group_size = sampler_config.group_size if sampler_config is not None else None
+        budget = self.max_completion_length
+        self.row_builder = RowBuilder(
+            train_config, group_size, self.renderer, tokenizer, self.eos_id, budget
         )
         self.policy_version = 0
         self.token_logprobs = TokenLogprobs(
@@ -183,83 +143,26 @@ class Trainer:
         self._group_lp: defaultdict[int, list[float]] = defaultdict(lambda: [0.0, 0])
         """Per group index of the current step: [sum of trained tokens' logprobs, tokens]."""
 
+    @property
+    def group_size(self) -> int | None:
+        """The local group size G that larger groups are weighted down to (None: none)."""
+        return self.row_builder.group_size
+
+    @group_size.setter
+    def group_size(self, value: int | None) -> None:
+        self.row_builder.group_size = value
+
     def state_dict_for_sampler(self) -> dict[str, torch.Tensor]:
         """The current weights (detached references, not copies) for `Sampler.update_weights`."""
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def _rows(self, group: TrainGroup, stats: StepStats | None = None) -> list[_Row]:
-        rewards = torch.tensor(group.rewards, dtype=torch.float32)
-        adv = group_advantages(rewards, self.config.baseline, self.config.scale_rewards)
-        keep = keep_mask(rewards, self.config.baseline)
-        if self.group_size is not None and len(group.completions) > self.group_size:
-            adv = adv * (self.group_size / len(group.completions))
-        prompt_ids = (
-            list(group.prompt_ids)
-            if group.prompt_ids is not None
-            else self.renderer.ids(group.prompt)
-        )
-        use_ids = group.local and group.completion_token_ids is not None
-        rows = []
-        for i, text in enumerate(group.completions):
-            if not keep[i]:
-                continue
-            sampler_lp, ended_without_eos = None, False
-            if use_ids:
-                ids = list(group.completion_token_ids[i])  # type: ignore[index]
-                if group.sampler_logprobs is not None:
-                    sampler_lp = list(group.sampler_logprobs[i])
-            else:
-                peer = peer_completion_ids(
-                    encode_completion(self.tokenizer, text),
-                    bool(group.finished and group.finished[i]),
-                    self.eos_id,
-                    self.max_completion_length,
-                    self.config.foreign_trajectory,
-                    append_eos=self._trains_peer_stop(float(adv[i])),
-                )
-                if stats is not None:
-                    stats.n_truncated += peer.outcome == "truncated"
-                    stats.n_peer_partial += peer.outcome == "partial"
-                if peer.ids is None:
-                    continue
-                ids, ended_without_eos = peer.ids, peer.ended_without_eos
-            if not ids or not prompt_ids:
-                continue
-            if len(ids) > self.config.max_completion_tokens:
-                if stats is not None:
-                    stats.n_too_long += 1
-                continue
-            row = _Row(prompt_ids + ids, len(prompt_ids), float(adv[i]), sampler_lp)
-            if not group.local:
-                peer_lp = group.sampler_logprobs[i] if group.sampler_logprobs else None
-                if peer_lp and ended_without_eos:
-                    peer_lp = peer_lp[:-1]  # the stop token's, which is not trained
-                self._peer_treatment(row, len(ids), peer_lp, stats)
-            rows.append(row)
-        return rows
+        """One group's rows (`policy.train_rows`)."""
+        return self.row_builder.rows(group, stats)
 
-    def _trains_peer_stop(self, advantage: float) -> bool:
-        """Whether a peer's ended completion with this advantage is trained with our EOS."""
-        if self.config.foreign_trajectory == "text":
-            return self.config.foreign_eos
-        return self.config.foreign_stop == "all" or advantage > 0
-
-    def _peer_treatment(
-        self, row: _Row, n_ids: int, peer_lp: list[float] | None, stats: StepStats | None
-    ) -> None:
-        """Set a peer row's weights rule (see the module docstring, point 4)."""
-        stats = stats if stats is not None else StepStats()
-        row.peer = True
-        if self.config.peer_offpolicy == "tis" and peer_lp is not None:
-            if len(peer_lp) == n_ids:
-                row.sampler_logprobs = list(peer_lp)
-                stats.n_peer_tis += 1
-                return
-            stats.n_peer_mismatch += 1
-        if self.config.foreign_rule == "plausible":
-            row.check_plausible = True  # counted once old logprobs are known
-        else:
-            stats.n_peer_ratio_one += 1
+    def _rows_of(self, groups: list[TrainGroup], stats: StepStats) -> list[_Row]:
+        """The step's rows, each with its group's index (`policy.train_rows`)."""
+        return self.row_builder.rows_of(groups, stats)
 
     def _logprobs(
         self, model: Any, rows: list[_Row], entropy: bool = False
@@ -376,22 +279,6 @@ class Trainer:
         """The first iteration's loss and gradients (by parameter name) without stepping:
         what `step` would apply. For tests comparing computation paths."""
         return self._run(groups, apply=False)
-
-    def _rows_of(self, groups: list[TrainGroup], stats: StepStats) -> list[_Row]:
-        rows: list[_Row] = []
-        for index, group in enumerate(groups):
-            if is_degenerate(torch.tensor(group.rewards, dtype=torch.float32)):
-                stats.n_skipped += 1
-                continue
-            group_rows = self._rows(group, stats)
-            for row in group_rows:
-                row.group = index
-            if group_rows:
-                stats.n_groups += 1
-                rows.extend(group_rows)
-            else:
-                stats.n_skipped += 1
-        return rows
 
     def _run(
         self, groups: list[TrainGroup], apply: bool

@@ -1,0 +1,83 @@
+"""A step's rows without a model: skipping, group indices, local ids, peers' treatment."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy.prompts import PromptRenderer
+from policy.tiny import char_tokenizer
+from policy.train_rows import RowBuilder
+from policy.train_types import StepStats, TrainGroup
+from swarm.config.learning import TrainConfig
+
+
+def _builder(group_size: int | None = 2, **cfg: object) -> RowBuilder:
+    tok = char_tokenizer()
+    config = TrainConfig(**cfg)  # type: ignore[arg-type]
+    return RowBuilder(config, group_size, PromptRenderer(tok), tok, tok.eos_token_id, 4)
+
+
+def test_degenerate_and_empty_groups_are_skipped_and_rows_know_their_group() -> None:
+    builder = _builder()
+    tok = builder.tokenizer
+    ids = [tok("7")["input_ids"], tok("3")["input_ids"]]
+    groups = [
+        TrainGroup("3+4=", ["7", "7"], [1.0, 1.0], ids),  # one reward: no signal
+        TrainGroup("3+4=", ["7", "3"], [1.0, 0.0], ids, prompt_ids=[5, 6]),
+        TrainGroup("1+1=", ["2", "2x"], [1.0, 0.0], local=False),  # nothing ended
+    ]
+    rows = builder.rows_of(groups, stats := StepStats())
+    assert stats.n_groups == 1 and stats.n_skipped == 2 and stats.n_peer_partial == 2
+    assert [(r.ids, r.start, r.group, r.peer) for r in rows] == [
+        ([5, 6, *ids[0]], 2, 1, False),
+        ([5, 6, *ids[1]], 2, 1, False),
+    ]
+    assert rows[0].advantage > 0 > rows[1].advantage
+
+
+def test_long_completions_are_left_out() -> None:
+    builder = _builder(max_completion_tokens=2)
+    tok = builder.tokenizer
+    group = TrainGroup(
+        "3+4=", ["7", "777"], [1.0, 0.0], [tok(t)["input_ids"] for t in "7 777".split()]
+    )
+    rows = builder.rows(group, stats := StepStats())
+    assert len(rows) == 1 and stats.n_too_long == 1
+
+
+@pytest.mark.parametrize(
+    ("cfg", "n_lp", "expected"),
+    [
+        ({"peer_offpolicy": "tis"}, 2, ("n_peer_tis", True, False)),
+        ({"peer_offpolicy": "tis"}, 1, ("n_peer_mismatch", False, False)),
+        ({"foreign_rule": "plausible"}, 2, (None, False, True)),
+        ({}, 2, ("n_peer_ratio_one", False, False)),
+    ],
+)
+def test_peer_treatment(cfg: dict, n_lp: int, expected: tuple) -> None:
+    counter, has_lp, check = expected
+    builder = _builder(**cfg)
+    # "7" then our EOS (positive advantage, trained with the stop token): 2 tokens
+    group = TrainGroup(
+        "3+4=",
+        ["7", "3"],
+        [1.0, 0.0],
+        sampler_logprobs=[[-0.5] * n_lp, [-0.5] * n_lp],
+        local=False,
+        finished=[True, True],
+    )
+    row = builder.rows(group, stats := StepStats())[0]
+    assert row.peer and row.ids[row.start :] == [
+        *builder.tokenizer("7")["input_ids"],
+        builder.eos_id,
+    ]
+    assert (row.sampler_logprobs is not None) == has_lp and row.check_plausible == check
+    if counter is not None:
+        assert getattr(stats, counter) == 2  # both rows
+
+
+def test_oversized_group_is_weighted_to_the_local_size() -> None:
+    group = TrainGroup("3+4=", ["7", "3"] * 2, [1.0, 0.0] * 2, local=False, finished=[True] * 4)
+    weighted = [r.advantage for r in _builder(group_size=2).rows(group)]
+    unweighted = [r.advantage for r in _builder(group_size=None).rows(group)]
+    assert weighted == pytest.approx([a / 2 for a in unweighted])

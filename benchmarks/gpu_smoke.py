@@ -18,6 +18,15 @@ Checks (each row says ok / FAILED and the number behind it):
   plain forward: the same gradient to bf16 round-off, tokens computed, tokens/s;
 - vLLM prefix caching is on;
 - LoRA (transformers sampler): only adapters change, step time.
+- with `--ranks N` (N GPUs; issue 36): a GRPO step split over N ranks under DDP and FSDP
+  (NCCL) equals the one-process step (loss and every gradient, relative gap), and real
+  `swarm train` nodes run with `train.parallel = "ddp"` / `"fsdp"` on N ranks and with
+  the vLLM sampler on N GPUs (`sampler.vllm_tensor_parallel_size = N`):
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 python benchmarks/gpu_smoke.py --ranks 2
+
+  (`--device cpu --backend transformers --ranks 2` runs the rank checks on gloo here; the
+  tensor-parallel sampler needs GPUs and says so.)
 """
 
 from __future__ import annotations
@@ -199,6 +208,128 @@ def learner_tasks() -> Any:
     return parse_config({"tasks": {"mixture": [{"source": "add"}], "seed": 0}}).tasks
 
 
+def _equality_rank(rank: int, world: int, kind: str, device: str, store: str, out: str) -> None:
+    """One rank of the split-step check (top level: torch.multiprocessing spawns it)."""
+    import torch.distributed as dist
+
+    from policy.parallel import RankInfo
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        where = f"cuda:{rank}" if device == "cuda" else "cpu"
+        trainer = _split_step_trainer(where, RankInfo(kind, rank, world))  # type: ignore[arg-type]
+        stats, grads = trainer.loss_and_gradients(_split_step_batch(trainer))
+        if rank == 0:
+            torch.save({"loss": stats.loss, "grads": {k: v.cpu() for k, v in grads.items()}}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def _split_step_trainer(device: str, ranks: Any = None) -> Any:
+    from policy.tiny import build_tiny
+    from policy.trainer import Trainer
+    from swarm.config.learning import SamplerConfig, TrainConfig
+
+    torch.manual_seed(0)
+    model, tok = build_tiny("builtin:tiny", seed=0)
+    return Trainer(
+        model,
+        tok,
+        TrainConfig(micro_batch_size=2, learning_rate=1e-3),
+        device,
+        sampler_config=SamplerConfig(max_new_tokens=8, group_size=4),
+        ranks=ranks,
+    )
+
+
+def _split_step_batch(trainer: Any) -> list[TrainGroup]:
+    eos = trainer.tokenizer.eos_token_id
+    texts = [["7", "34", "1", "12"], ["4", "40", "404", "0"], ["9", "99", "5", "55"]]
+    return [
+        TrainGroup(
+            f"{i}+{i}=",
+            t,
+            [1.0, 0.0, 0.5, 0.0],
+            completion_token_ids=[[*trainer.tokenizer.encode(x), eos] for x in t],
+        )
+        for i, t in enumerate(texts)
+    ]
+
+
+def rank_checks(args: argparse.Namespace, out: Path) -> list[Row]:
+    """Issue 36 on `args.ranks` devices: the split step's equality, and real nodes."""
+    import subprocess
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    rows: list[Row] = []
+    n = args.ranks
+    if args.device == "cuda" and torch.cuda.device_count() < n:
+        return [(f"{n} ranks", False, f"only {torch.cuda.device_count()} GPUs")]
+    reference = _split_step_trainer("cuda:0" if args.device == "cuda" else "cpu")
+    want_stats, want = reference.loss_and_gradients(_split_step_batch(reference))
+    for kind in ("ddp", "fsdp"):
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Path(tmp) / "rank0.pt"
+            mp.start_processes(
+                _equality_rank,
+                args=(n, kind, args.device, f"{tmp}/store", str(result)),
+                nprocs=n,
+                start_method="spawn",
+            )
+            got = torch.load(result)
+        gap = max(
+            float((got["grads"][k] - v.cpu()).norm()) / max(float(v.norm()), 1e-30)
+            for k, v in want.items()
+        )
+        loss_gap = abs(got["loss"] - want_stats.loss) / max(abs(want_stats.loss), 1e-12)
+        rows.append(
+            (
+                f"{kind} step on {n} ranks = 1 process",
+                gap <= 1e-4 and loss_gap <= 1e-4,
+                f"gradient gap {gap:.1e}, loss gap {loss_gap:.1e} (fp32)",
+            )
+        )
+    arms = [("ddp", "transformers", 1), ("fsdp", "transformers", 1)]
+    if args.device == "cuda" and args.backend == "vllm":
+        arms.append(("ddp", "vllm", n))
+    else:
+        rows.append(("vLLM tensor parallel", True, "skipped: needs --device cuda --backend vllm"))
+    for parallel, backend, tp in arms:
+        cfg = {
+            "node": {
+                "name": f"smoke-{parallel}-{backend}",
+                "data_dir": str(out / f"{parallel}-{backend}"),
+            },
+            "model": {"name_or_path": args.model, "device": args.device, "dtype": "bfloat16"},
+            "sampler": {"backend": backend, "group_size": 8, "max_new_tokens": 32},
+            "tasks": {"mixture": [{"source": "add"}]},
+            "train": {"learning_rate": 1e-5, "parallel": parallel, "ranks": n},
+        }
+        if tp > 1:
+            cfg["sampler"]["vllm_tensor_parallel_size"] = tp
+        import tomli_w
+
+        path = out / f"{parallel}-{backend}.toml"
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(tomli_w.dumps(cfg))
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "train", "-c", str(path), "--rounds", "4"],
+            capture_output=True,
+            text=True,
+        )
+        name = f"node: {parallel} x{n}, {backend}" + (f" TP {tp}" if tp > 1 else "")
+        detail = f"{time.perf_counter() - started:.0f} s"
+        if done.returncode != 0:
+            detail += ": " + (done.stderr.strip().splitlines() or ["?"])[-1][:160]
+        rows.append((name, done.returncode == 0, detail))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=".cache/smollm2-135m-instruct")
@@ -206,10 +337,14 @@ def main() -> None:
     parser.add_argument("--backend", default="vllm", choices=["vllm", "transformers"])
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("runs/gpu_smoke"))
+    parser.add_argument("--ranks", type=int, default=1, help="also check N training ranks")
+    parser.add_argument("--only-ranks", action="store_true", help="skip the one-GPU checks")
     args = parser.parse_args()
     if args.backend == "vllm":
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    rows = full_checks(args, args.out) + lora_checks(args, args.out)
+    rows = [] if args.only_ranks else full_checks(args, args.out) + lora_checks(args, args.out)
+    if args.ranks > 1:
+        rows += rank_checks(args, args.out)
     width = max(len(r[0]) for r in rows)
     for name, ok, detail in rows:
         print(f"{name:<{width}}  {'ok' if ok else 'FAILED':6}  {detail}")

@@ -135,17 +135,16 @@ class ParallelModel:
 
     @contextlib.contextmanager
     def gradient_sync(self, sync: bool) -> Iterator[None]:
-        """Backward passes inside combine gradients across ranks only when `sync`; others
-        accumulate locally until the synchronizing one."""
-        if self.info.kind == "ddp":
-            with contextlib.nullcontext() if sync else self.root.no_sync():  # type: ignore[operator]
+        """DDP: backward passes inside all-reduce gradients only when `sync`; the others
+        accumulate in the replica until the synchronizing one. FSDP reduce-scatters every
+        backward (`sync` is ignored): turning that off would keep whole gradients on every
+        rank while micro-batches accumulate, the memory FSDP exists to save
+        (`benchmarks/parallel_memory.py`)."""
+        if self.info.kind == "ddp" and not sync:
+            with self.root.no_sync():  # type: ignore[operator]
                 yield
         else:
-            self.root.set_requires_gradient_sync(sync)  # type: ignore[operator]
-            try:
-                yield
-            finally:
-                self.root.set_requires_gradient_sync(True)  # type: ignore[operator]
+            yield
 
     def sum(self, values: Sequence[float]) -> list[float]:
         """Element-wise sum of `values` over the ranks (float64, one all-reduce)."""

@@ -290,5 +290,6 @@ def make_sampler(
             max_model_len=sampler_config.vllm_max_model_len,
             enforce_eager=sampler_config.vllm_enforce_eager,
             renderer=renderer,
+            tensor_parallel_size=sampler_config.vllm_tensor_parallel_size,
         )
     raise ValueError(f"unknown sampler backend {sampler_config.backend!r}")

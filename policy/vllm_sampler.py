@@ -38,6 +38,7 @@ import torch
 from policy.prompts import PromptRenderer
 from policy.sampler import Completion, Prompt, SamplingParams, prompt_ids, stop_token_ids
 from swarm.config.learning import ModelConfig
+from swarm.errors import ConfigError
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -76,6 +77,7 @@ class VllmSampler:
         max_model_len: int | None = None,
         enforce_eager: bool = True,
         renderer: PromptRenderer | None = None,
+        tensor_parallel_size: int = 1,
     ) -> None:
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
             raise RuntimeError(
@@ -104,6 +106,15 @@ class VllmSampler:
         }
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
+        self.tensor_parallel_size = tensor_parallel_size
+        if tensor_parallel_size > 1:
+            gpus = torch.cuda.device_count()
+            if gpus < tensor_parallel_size:
+                raise ConfigError(
+                    f"sampler.vllm_tensor_parallel_size = {tensor_parallel_size} needs as many "
+                    f"GPUs, this machine has {gpus} (set it to at most {max(gpus, 1)})"
+                )
+            kwargs["tensor_parallel_size"] = tensor_parallel_size
         if gpu_memory_utilization is None:  # on CPU builds: the fraction of host memory
             gpu_memory_utilization = 0.5 if torch.cuda.is_available() else 0.1
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
@@ -150,8 +161,16 @@ class VllmSampler:
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Load the trainer's tensors into the running engine, in place."""
         align_omp_threads()
+        # Tensor-parallel workers are other processes: an iterator does not cross to them,
+        # a list of whole tensors does (each worker's loaders cut their own shard).
+        weights = state_dict.items()
         self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": iter(state_dict.items())}
+            "reload_weights",
+            kwargs={
+                "weights_iterator": list(weights)
+                if self.tensor_parallel_size > 1
+                else iter(weights)
+            },
         )
         self.llm.reset_prefix_cache()
 

@@ -149,13 +149,22 @@ class SamplerConfig(StrictModel):
     not fit a small GPU's KV cache)."""
     vllm_enforce_eager: bool = True
     """vLLM only: run without CUDA graphs (slower decoding, faster start, less memory)."""
+    vllm_tensor_parallel_size: int = Field(1, ge=1, le=64)
+    """vLLM only: GPUs the sampler's engine splits the model over (vLLM's tensor
+    parallelism, its own worker processes); each weight update sends the whole tensors,
+    which every worker shards itself. Not measured on GPUs yet (docs/parallel.md)."""
 
     @model_validator(mode="after")
     def _used(self) -> SamplerConfig:
         if self.backend != "vllm":
             refuse_idle(
                 self,
-                ("vllm_gpu_memory_utilization", "vllm_max_model_len", "vllm_enforce_eager"),
+                (
+                    "vllm_gpu_memory_utilization",
+                    "vllm_max_model_len",
+                    "vllm_enforce_eager",
+                    "vllm_tensor_parallel_size",
+                ),
                 'backend = "vllm"',
             )
         return self

@@ -1,0 +1,38 @@
+"""`[train] parallel` / `ranks` and the vLLM tensor-parallel setting (issue 36): choices that
+cannot work are refused at load, naming the field and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarm.config import parse_config
+from swarm.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("train", "needle"),
+    [
+        ({"ranks": 2}, 'train.ranks = 2 needs train.parallel = "ddp" or "fsdp"'),
+        ({"parallel": "fsdp"}, 'train.parallel = "fsdp" needs train.ranks >= 2'),
+        ({"parallel": "ddp", "ranks": 0}, "ranks"),
+    ],
+)
+def test_rank_settings_that_cannot_work_are_refused(train: dict, needle: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"train": train})
+    assert needle in str(caught.value)
+
+
+def test_two_ranks_load() -> None:
+    config = parse_config({"train": {"parallel": "fsdp", "ranks": 2}})
+    assert (config.train.parallel, config.train.ranks) == ("fsdp", 2)
+    assert parse_config({}).train.ranks == 1
+
+
+def test_tensor_parallel_sampling_needs_the_vllm_backend() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"sampler": {"vllm_tensor_parallel_size": 2}})
+    assert "vllm_tensor_parallel_size" in str(caught.value)
+    assert 'backend = "vllm"' in str(caught.value)
+    config = parse_config({"sampler": {"backend": "vllm", "vllm_tensor_parallel_size": 2}})
+    assert config.sampler.vllm_tensor_parallel_size == 2

@@ -91,7 +91,12 @@ def load_trainable(config: NodeConfig, ranks: RankInfo | None = None) -> Trainab
         raise ConfigError(str(exc)) from None
     whole = None
     if ranks is not None and ranks.kind == "fsdp" and ranks.rank == 0:
-        whole = copy.deepcopy(model)  # requires_grad as the trainer's: deltas, names
+        # requires_grad as the trainer's (deltas and checkpoints go by it). With the vLLM
+        # sampler (its own copy on the GPU) it lives in host memory: a 7B model's float32
+        # copy would take 28 GB of rank 0's GPU (benchmarks/parallel_memory.py).
+        whole = copy.deepcopy(model)
+        if config.sampler.backend == "vllm":
+            whole = whole.to("cpu")
     trainer = Trainer(
         model,
         tokenizer,

@@ -26,9 +26,6 @@ from tests.readme_walkthrough import (
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
-PENDING = {"docs/parallel.md"}
-"""Pages the README links that are being written alongside (issue 34 asked for the link):
-a missing one is not an error; once it exists it is checked like any other."""
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -47,8 +44,7 @@ def test_every_relative_link_resolves(page: Path) -> None:
     broken = []
     for link in relative_links(page):
         target = (page.parent / link.split("#", 1)[0]).resolve()
-        name = str(target.relative_to(REPO)) if target.is_relative_to(REPO) else str(target)
-        if not target.exists() and name not in PENDING:
+        if not target.exists():
             broken.append(link)
     assert not broken, f"{page.relative_to(REPO)}: links to nothing: {broken}"
 

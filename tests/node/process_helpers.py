@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import time
+import tomllib
 from pathlib import Path
+from typing import Any
+
+import tomli_w
 
 from node.metrics import read_metrics
 
@@ -33,6 +37,15 @@ def wait_used(
         assert proc.poll() is None, f"exited with {proc.returncode}"
         assert time.monotonic() < deadline, f"no groups of {sender} in {timeout} s"
         time.sleep(0.2)
+
+
+def set_config(path: Path, **sections: dict[str, Any]) -> None:
+    """Set keys of a config file, section by section (a demo config writes only a
+    node's own keys: the rest are the config models' defaults)."""
+    data = tomllib.loads(path.read_text())
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    path.write_text(tomli_w.dumps(data))
 
 
 def edit_config(text: str, *edits: tuple[str, str]) -> str:

@@ -30,7 +30,7 @@ import pytest
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
-from tests.node.process_helpers import edit_config, wait_used
+from tests.node.process_helpers import set_config, wait_used
 
 pytestmark = pytest.mark.slow(seconds=45)
 
@@ -47,12 +47,11 @@ def test_a_quick_peer_is_taken_up_also_by_a_node_stopped_for_a_while(tmp_path: P
     config_a, config_b = write_configs(2, 1000, tmp_path)
     for config in (config_a, config_b):
         # Slow learners: groups keep reward variance, so "used" does not hang on learning.
-        text = edit_config(config.read_text(), ("learning_rate = 0.0003", "learning_rate = 1e-06"))
+        set_config(config, train={"learning_rate": 1e-6})
         if config == config_a:
-            text = edit_config(text, ("local_groups = 4", "local_groups = 1"))
+            set_config(config, sapo={"local_groups": 1})
         else:
-            text += f"\n[gossip]\nrate_limit_per_s = {RATE}\nrate_burst = {BURST}\n"
-        config.write_text(text)
+            set_config(config, gossip={"rate_limit_per_s": RATE, "rate_burst": BURST})
     metrics_b = tmp_path / "node-1" / "metrics.jsonl"
     log_b = tmp_path / "node-1.log"
     id_a = load_or_create_key_file(tmp_path / "node-0" / "node.key").peer_id

@@ -29,11 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tomli_w
 
 from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
@@ -63,13 +66,14 @@ def measure(
 ) -> dict[str, dict[str, Any]]:
     config_a, config_b = write_configs(2, 100_000, out)
     for path, model in ((config_a, fast_model), (config_b, slow_model)):
-        text = path.read_text().replace('"builtin:tiny"', f'"{model}"')
-        text = text.replace('source = "digit"', f'source = "{task}"')
+        config = tomllib.loads(path.read_text())  # the demo's: a node's own keys only
+        config.setdefault("model", {})["name_or_path"] = model
+        config["tasks"] = {**config.get("tasks", {}), "mixture": [{"source": task}]}
         if not model.startswith("builtin:"):  # room for "<answer>7</answer>" and EOS
-            text = text.replace("max_new_tokens = 2", "max_new_tokens = 16")
-        path.write_text(text)
-    text = config_b.read_text()
-    config_b.write_text(text.replace("checkpoint_every = 50000", f"checkpoint_every = {rounds}"))
+            config["sampler"] = {**config.get("sampler", {}), "max_new_tokens": 16}
+        if path == config_b:
+            config["node"]["checkpoint_every"] = rounds
+        path.write_text(tomli_w.dumps(config))
     id_a = load_or_create_key_file(out / "node-0" / "node.key").peer_id
     id_b = load_or_create_key_file(out / "node-1" / "node.key").peer_id
     with (out / "a.log").open("w") as log_a, (out / "b.log").open("w") as log_b:

@@ -30,7 +30,7 @@ from node.instance_lock import hold_node
 from swarm import __version__
 from swarm.config import NodeConfig, load_config
 from swarm.config.template import render_config
-from swarm.errors import ConfigError
+from swarm.errors import ConfigError, RanksFailed
 from swarm.identity import load_key_file, write_key_file
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ def user_errors(func: F) -> F:
             for line in str(exc).splitlines():
                 err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except RanksFailed as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -379,6 +382,29 @@ def train(
     with hold_node(config, "train"), dashboard_for_node(dashboard_at, config.node.data_dir):
         node = asyncio.run(run())
     if not _report_checkpoints(node):
+        raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def ranks(
+    config_path: ConfigOpt = Path("node.toml"),
+    first_rank: Annotated[
+        int, typer.Option(min=1, help="The first of the node's ranks to run on this machine.")
+    ] = 1,
+    count: Annotated[
+        int | None, typer.Option(min=1, help="How many (default: the rest of train.ranks).")
+    ] = None,
+) -> None:
+    """Run training ranks of a node whose rank 0 (swarm join) runs on another machine.
+
+    The config is the node's own file (train.ranks, train.local_ranks, train.rendezvous);
+    the ranks join rank 0 at train.rendezvous and stop when it stops (docs/parallel.md)."""
+    from node.ranks import serve_remote_ranks
+
+    failed = serve_remote_ranks(load_config(config_path), first_rank, count)
+    if failed:
+        err.print(f"{failed} rank(s) failed: see their logs")
         raise typer.Exit(1)
 
 

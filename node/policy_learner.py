@@ -24,7 +24,7 @@ import torch
 from node.choco_deltas import ChocoExchange
 from node.deltas import DeltaExchange, model_params
 from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
-from node.ranks import Command, TrainingRanks, rank_device
+from node.ranks import Command, TrainingRanks
 from node.rescore import Refused
 from policy.checkpoint import (
     capture_checkpoint,
@@ -49,7 +49,7 @@ from rewards.registry import (
 )
 from rewards.tasks import make_task, solved_examples
 from swarm.config import NodeConfig
-from swarm.errors import ConfigError
+from swarm.errors import ConfigError, RanksFailed
 from swarm.messages import DeltaPacket, TaskRef
 
 
@@ -70,9 +70,12 @@ class Trainable:
     samples, shares deltas and is checkpointed; the trainer's own holds shards."""
 
 
-def load_trainable(config: NodeConfig, ranks: RankInfo | None = None) -> Trainable:
-    """Loads the model (with its LoRA adapter) and builds its trainer; with `ranks`, this
-    process is one of the node's training ranks (the trainer joins their engine)."""
+def load_trainable(
+    config: NodeConfig, ranks: RankInfo | None = None, device: torch.device | None = None
+) -> Trainable:
+    """Loads the model (with its LoRA adapter) and builds its trainer on `device` (default:
+    `model.device`); with `ranks`, this process is one of the node's training ranks (the
+    trainer joins their engine)."""
     torch.manual_seed(config.model.seed or 0)
     model, tokenizer = load_policy_model(config.model)
     family = model_family(model)
@@ -82,9 +85,7 @@ def load_trainable(config: NodeConfig, ranks: RankInfo | None = None) -> Trainab
         family = lora_family(family, lora)
         if config.model.gradient_checkpointing:
             model.enable_input_require_grads()
-    device = resolve_device(config.model.device)
-    if ranks is not None:
-        device = rank_device(device, ranks.rank)
+    device = device if device is not None else resolve_device(config.model.device)
     try:
         renderer = PromptRenderer(tokenizer, config.prompt, solved_examples)
     except ValueError as exc:
@@ -132,6 +133,12 @@ class PolicyLearner:
             info = self.ranks.info
         try:
             built = load_trainable(config, info)
+        except RuntimeError as exc:  # a rank failed while the engine started
+            if self.ranks is None:
+                raise
+            reason = self.ranks.why_failed(exc)
+            self.ranks.close(grace_s=1.0)
+            raise RanksFailed(reason) from exc
         except BaseException:
             if self.ranks is not None:
                 self.ranks.close(grace_s=1.0)

@@ -1,5 +1,6 @@
-"""A node's training rank other than 0 (`python -m node.rank_worker <folder> <rank>`),
-started by rank 0 (`node.ranks.TrainingRanks`): it loads the node's resolved config and
+"""A node's training rank other than 0 (`python -m node.rank_worker <folder> <rank>
+<local index>`), started by rank 0 (`node.ranks.TrainingRanks`) or, on another machine, by
+`swarm ranks`: it loads the node's resolved config and
 its own copy of the model, joins the process group, and runs rank 0's commands until
 told to stop. It has no network identity, no gossip, no checkpoints of its own.
 
@@ -15,10 +16,11 @@ import signal
 import sys
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from node.policy_learner import load_trainable
-from node.ranks import Command, join_group, rank_device, read_config
+from node.ranks import Command, init_method, join_group, rank_device, read_config
 from policy.loading import resolve_device
 from policy.parallel import RankInfo
 from policy.precision import configure_threads
@@ -40,12 +42,16 @@ def _die_with_parent() -> None:
         sys.exit(1)
 
 
-def serve(folder: Path, rank: int) -> None:
-    config = read_config(folder)
+def serve(folder: Path, rank: int, local_index: int) -> None:
+    # Unset seeds only seed the initial weights here, which rank 0's replace.
+    config = read_config(folder).with_node_seeds(f"training rank {rank}")
     configure_threads(config.model.threads, config.model.name_or_path.startswith(BUILTIN_PREFIX))
     info = RankInfo(config.train.parallel, rank, config.train.ranks)
-    join_group(info, rank_device(resolve_device(config.model.device), rank), folder / "rendezvous")
-    trainer = load_trainable(config, info).trainer
+    device = rank_device(resolve_device(config.model.device), local_index)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # "cuda" is this rank's GPU while the model loads
+    join_group(info, device, init_method(config, folder))
+    trainer = load_trainable(config, info, device).trainer
     print(f"rank {rank} of {info.world} ready ({info.kind}), pid {os.getpid()}", flush=True)
     _serve_commands(trainer, info)
     dist.destroy_process_group()
@@ -86,7 +92,7 @@ def _serve_commands(trainer: Trainer, info: RankInfo) -> None:
 
 def main(argv: list[str]) -> None:
     _die_with_parent()
-    serve(Path(argv[0]), int(argv[1]))
+    serve(Path(argv[0]), int(argv[1]), int(argv[2]))
 
 
 if __name__ == "__main__":

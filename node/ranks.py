@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +39,12 @@ import torch.distributed as dist
 
 from policy.parallel import RankInfo
 from swarm.config import NodeConfig
-from swarm.errors import ConfigError
+from swarm.errors import ConfigError, RanksFailed
 
 T = TypeVar("T")
 
 RANKS_DIR = "ranks"
 """Folder under the node's data dir: the resolved config and the rendezvous file."""
-JOIN_TIMEOUT = datetime.timedelta(minutes=10)
-"""How long ranks wait for each other to load their models and join the group."""
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=6)
 """A waiting rank's limit on one collective: workers wait for rank 0's next command for a
 whole round (sampling, evaluation); death of a rank is noticed at once without it."""
@@ -61,66 +60,103 @@ class Command:
     payload: Any = None
 
 
-def rank_device(device: torch.device, rank: int) -> torch.device:
-    """Rank r's device: `cuda:r` on GPUs (one per rank), the CPU otherwise."""
-    return torch.device("cuda", rank) if device.type == "cuda" else device
+def rank_device(device: torch.device, local_index: int) -> torch.device:
+    """The device of a machine's i-th rank: `cuda:i` on GPUs (one per rank), else the CPU."""
+    return torch.device("cuda", local_index) if device.type == "cuda" else device
 
 
 def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def check_devices(config: NodeConfig, device: torch.device) -> None:
-    """Refuses a rank count the machine's GPUs cannot hold (one line, naming the fix)."""
-    ranks = config.train.ranks
-    if device.type == "cuda" and torch.cuda.device_count() < ranks:
+def local_ranks(config: NodeConfig) -> int:
+    """How many of the node's ranks run on rank 0's machine (rank 0 included)."""
+    return config.train.local_ranks or config.train.ranks
+
+
+def check_devices(config: NodeConfig, device: torch.device, count: int) -> None:
+    """Refuses `count` ranks on a machine whose GPUs cannot hold them (one line, naming
+    the fix)."""
+    if device.type == "cuda" and torch.cuda.device_count() < count:
         raise ConfigError(
-            f"train.ranks = {ranks} needs {ranks} GPUs, this machine has "
-            f"{torch.cuda.device_count()} (set train.ranks to at most that, or "
-            'model.device = "cpu")'
+            f"{count} training ranks on this machine need {count} GPUs, it has "
+            f"{torch.cuda.device_count()} (set train.ranks, or train.local_ranks with ranks "
+            'on other machines, to at most that; or model.device = "cpu")'
         )
 
 
-def join_group(info: RankInfo, device: torch.device, store: Path) -> None:
-    """This process into the node's process group (blocks until every rank is in)."""
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+def init_method(config: NodeConfig, folder: Path) -> str:
+    """Where the ranks meet: a file in rank 0's data dir when all are on its machine, else
+    rank 0's TCP store at `train.rendezvous`."""
+    if local_ranks(config) < config.train.ranks:
+        return f"tcp://{config.train.rendezvous}"
+    return f"file://{folder / 'rendezvous'}"
+
+
+def join_group(info: RankInfo, device: torch.device, method: str) -> None:
+    """This process into the node's process group (blocks until every rank is in). Ranks
+    of one machine talk over its loopback interface."""
+    if method.startswith("file://"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(
         backend_for(device),
-        init_method=f"file://{store}",
+        init_method=method,
         rank=info.rank,
         world_size=info.world,
         timeout=COLLECTIVE_TIMEOUT,
     )
 
 
+def start_rank_processes(
+    folder: Path, ranks: list[int], first_device: int
+) -> list[subprocess.Popen[bytes]]:
+    """`python -m node.rank_worker` for each of `ranks`, the i-th on this machine's device
+    `first_device + i`, each logging to `<folder>/rank-N.log`."""
+    children = []
+    for local_index, rank in enumerate(ranks, start=first_device):
+        with (folder / f"rank-{rank}.log").open("wb") as log:
+            children.append(
+                subprocess.Popen(
+                    [
+                        sys.executable, "-m", "node.rank_worker",
+                        str(folder), str(rank), str(local_index),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # Ctrl-C goes to their parent, which stops them
+                )
+            )  # fmt: skip
+    return children
+
+
+def write_rank_folder(config: NodeConfig, folder: Path) -> None:
+    """A fresh folder with the config every rank loads (a previous run's files removed)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(config.model_dump_json())
+
+
 class TrainingRanks:
     """Rank 0's side: the children, the group, and the commands."""
 
     def __init__(self, config: NodeConfig, device: torch.device) -> None:
-        check_devices(config, device)
+        here = local_ranks(config)
+        check_devices(config, device, here)
         self.info = RankInfo(config.train.parallel, 0, config.train.ranks)
         self.folder = Path(config.node.data_dir) / RANKS_DIR
-        shutil.rmtree(self.folder, ignore_errors=True)  # a previous run's rendezvous
-        self.folder.mkdir(parents=True)
-        (self.folder / "config.json").write_text(config.model_dump_json())
-        store = self.folder / "rendezvous"
-        self.children: list[subprocess.Popen[bytes]] = []
+        write_rank_folder(config, self.folder)
         self._lock = threading.Lock()
         self.closed = False
-        for rank in range(1, self.info.world):
-            log = (self.folder / f"rank-{rank}.log").open("wb")
-            self.children.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "node.rank_worker", str(self.folder), str(rank)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # Ctrl-C goes to rank 0, which stops them
-                )
+        self.children = start_rank_processes(self.folder, list(range(1, here)), 1)
+        if here < self.info.world:
+            print(
+                f"waiting for training ranks {here}-{self.info.world - 1} at "
+                f"{config.train.rendezvous} (swarm ranks on their machines)",
+                flush=True,
             )
-            log.close()
         try:
-            join_group(self.info, device, store)
+            join_group(self.info, device, init_method(config, self.folder))
         except Exception:
             self.close()
             raise
@@ -135,17 +171,20 @@ class TrainingRanks:
                 dist.broadcast_object_list([command], src=0)
                 return collective()
             except RuntimeError as exc:
-                raise RuntimeError(self.why_failed(exc)) from exc
+                raise RanksFailed(self.why_failed(exc)) from exc
 
     def why_failed(self, exc: BaseException) -> str:
         """A collective's failure, naming the rank that died where one did."""
+        time.sleep(0.5)  # a rank's death closes its sockets just before its exit is seen
         dead = [
             f"rank {i + 1} (pid {p.pid}) exited with {p.returncode}"
             for i, p in enumerate(self.children)
             if p.poll() is not None
         ]
-        logs = f"; its log: {self.folder}/rank-N.log" if dead else ""
-        return f"training ranks failed: {', '.join(dead) or exc}{logs}"
+        if dead:
+            return f"training ranks failed: {', '.join(dead)}; logs: {self.folder}/rank-N.log"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"training ranks failed: {first} (rank logs: {self.folder}/rank-N.log)"
 
     def close(self, grace_s: float = 10.0) -> None:
         """Stops the other ranks and leaves the group (idempotent)."""
@@ -169,3 +208,35 @@ class TrainingRanks:
 
 def read_config(folder: Path) -> NodeConfig:
     return NodeConfig.model_validate(json.loads((folder / "config.json").read_text()))
+
+
+def serve_remote_ranks(config: NodeConfig, first_rank: int, count: int | None) -> int:
+    """`swarm ranks`: runs ranks `first_rank`.. of a node whose rank 0 runs elsewhere, until
+    they end (rank 0 stops them, or dies). Returns how many failed."""
+    train = config.train
+    if local_ranks(config) >= train.ranks:
+        raise ConfigError(
+            "swarm ranks runs ranks on other machines than rank 0's: set train.local_ranks "
+            "below train.ranks and train.rendezvous in the node's config"
+        )
+    count = count if count is not None else train.ranks - first_rank
+    if not local_ranks(config) <= first_rank < first_rank + count <= train.ranks:
+        raise ConfigError(
+            f"ranks {first_rank}..{first_rank + count - 1} are not among the other "
+            f"machines' ranks {local_ranks(config)}..{train.ranks - 1} (--first-rank, --count)"
+        )
+    from policy.loading import resolve_device
+
+    check_devices(config, resolve_device(config.model.device), count)
+    folder = Path(config.node.data_dir) / f"{RANKS_DIR}-from-{first_rank}"
+    write_rank_folder(config, folder)
+    children = start_rank_processes(folder, list(range(first_rank, first_rank + count)), 0)
+    print(f"ranks {first_rank}-{first_rank + count - 1} started; logs in {folder}", flush=True)
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return sum(code != 0 for code in codes)

@@ -27,3 +27,8 @@ class ConfigError(ValueError):
 class ModelLoadError(ConfigError):
     """The configured model or tokenizer could not be loaded; the message is one line
     naming the model reference and the cause."""
+
+
+class RanksFailed(RuntimeError):
+    """One of a node's training ranks (torch.distributed processes) failed or died; the
+    message names it and where its log is. The node stops; its last checkpoint stands."""

@@ -273,6 +273,15 @@ class TrainConfig(StrictModel):
     """Processes that train this node's policy (with `parallel` other than `none`): one
     per device on GPUs (`model.device = "cuda"`: rank r uses `cuda:r`), any number on a
     CPU (gloo; there it shows the overhead, not a speed-up)."""
+    local_ranks: int | None = Field(None, ge=1, le=64)
+    """Of `ranks`, how many `swarm join` starts on this machine, rank 0 included (default:
+    all). The others run on other machines, `swarm ranks -c <this file> --first-rank K`,
+    and reach rank 0 at `rendezvous`."""
+    rendezvous: str = ""
+    """`host:port` where rank 0 waits for the ranks of other machines (torch's TCP store);
+    needed when `local_ranks` < `ranks`, reachable from those machines. Their collectives
+    then use the network interface gloo or NCCL picks (`GLOO_SOCKET_IFNAME` /
+    `NCCL_SOCKET_IFNAME` choose one)."""
 
     @model_validator(mode="after")
     def _clip_order(self) -> TrainConfig:
@@ -291,6 +300,25 @@ class TrainConfig(StrictModel):
             raise ValueError(
                 f'train.parallel = "{self.parallel}" needs train.ranks >= 2 (one process is '
                 'parallel = "none")'
+            )
+        if self.local_ranks is not None and self.local_ranks > self.ranks:
+            raise ValueError(
+                f"train.local_ranks = {self.local_ranks} is more than train.ranks = "
+                f"{self.ranks} (it counts the ranks started on this machine)"
+            )
+        remote = self.local_ranks is not None and self.local_ranks < self.ranks
+        if remote:
+            host, _, port = self.rendezvous.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"train.local_ranks = {self.local_ranks} < train.ranks = {self.ranks} "
+                    f'needs train.rendezvous = "host:port" (got {self.rendezvous!r}): where '
+                    "the ranks on other machines reach rank 0"
+                )
+        elif self.rendezvous:
+            raise ValueError(
+                "train.rendezvous is used only when train.local_ranks < train.ranks (ranks "
+                "on other machines): remove it"
             )
         return self
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -116,3 +118,51 @@ def test_a_two_rank_node_trains_with_peers_survives_a_rank_kill_and_resumes_on_o
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
                 proc.wait(timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_rank_on_another_machine_joins_through_the_rendezvous(tmp_path: Path) -> None:
+    """`train.local_ranks` < `train.ranks`: rank 0 (`swarm train`) waits at
+    `train.rendezvous` for the rank `swarm ranks` starts "on another machine" (here another
+    process on 127.0.0.1, gloo kept on the loopback interface); they train together and the
+    remote rank stops when rank 0 does."""
+    config = tmp_path / "node.toml"
+    config.write_text(
+        tomli_w.dumps(
+            {
+                "node": {"name": "three", "data_dir": str(tmp_path / "data")},
+                "model": {"seed": 0},
+                "train": {
+                    "parallel": "ddp",
+                    "ranks": 3,
+                    "local_ranks": 2,
+                    "rendezvous": f"127.0.0.1:{_free_port()}",
+                },
+            }
+        )
+    )
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    remote = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "ranks", "-c", str(config), "--first-rank", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    try:
+        node = subprocess.run(
+            [sys.executable, "-m", "cli.main", "train", "-c", str(config), "--rounds", "6"],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert node.returncode == 0, node.stderr[-2000:]
+        assert remote.wait(timeout=60) == 0
+        log = (tmp_path / "data" / "ranks-from-2" / "rank-2.log").read_text()
+        assert "rank 2 of 3 ready (ddp)" in log and "rank 2 stopped" in log, log
+        records = read_metrics(tmp_path / "data" / "metrics.jsonl")
+        assert len(records) == 6 and records[-1]["policy_version"] > 0
+    finally:
+        if remote.poll() is None:
+            remote.kill()
+            remote.wait()

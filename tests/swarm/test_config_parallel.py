@@ -36,3 +36,27 @@ def test_tensor_parallel_sampling_needs_the_vllm_backend() -> None:
     assert 'backend = "vllm"' in str(caught.value)
     config = parse_config({"sampler": {"backend": "vllm", "vllm_tensor_parallel_size": 2}})
     assert config.sampler.vllm_tensor_parallel_size == 2
+
+
+@pytest.mark.parametrize(
+    ("train", "needle"),
+    [
+        ({"parallel": "ddp", "ranks": 2, "local_ranks": 3}, "is more than train.ranks"),
+        ({"parallel": "ddp", "ranks": 4, "local_ranks": 2}, 'needs train.rendezvous = "host:port"'),
+        (
+            {"parallel": "ddp", "ranks": 4, "local_ranks": 2, "rendezvous": "box-a"},
+            "needs train.rendezvous",
+        ),
+        ({"parallel": "ddp", "ranks": 2, "rendezvous": "box-a:29500"}, "remove it"),
+    ],
+)
+def test_ranks_on_other_machines_need_a_rendezvous(train: dict, needle: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"train": train})
+    assert needle in str(caught.value)
+
+
+def test_ranks_on_other_machines_load() -> None:
+    train = {"parallel": "fsdp", "ranks": 8, "local_ranks": 4, "rendezvous": "10.0.0.2:29500"}
+    config = parse_config({"train": train})
+    assert config.train.rendezvous == "10.0.0.2:29500"

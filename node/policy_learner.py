@@ -76,7 +76,7 @@ def load_trainable(
     """Loads the model (with its LoRA adapter) and builds its trainer on `device` (default:
     `model.device`); with `ranks`, this process is one of the node's training ranks (the
     trainer joins their engine)."""
-    torch.manual_seed(config.model.seed or 0)
+    torch.manual_seed(config.model.chosen_seed())  # a node derives an unset one from its key
     model, tokenizer = load_policy_model(config.model)
     family = model_family(model)
     lora = config.model.lora

@@ -34,6 +34,7 @@ import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from swarm.bounded import BoundedDict
 from swarm.errors import WireError
 from swarm.messages import Chunk
 
@@ -99,7 +100,7 @@ class Reassembler:
         self.pending_bytes = 0
         self._partials: OrderedDict[tuple[str, bytes], _Partial] = OrderedDict()
         self._per_sender: dict[str, int] = {}
-        self._abandoned: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._abandoned: BoundedDict[tuple[str, bytes], None] = BoundedDict(max_partials, fifo=True)
         self.evicted = 0
         """Partial sets dropped to make room for a newer set of the same sender."""
 
@@ -205,5 +206,3 @@ class Reassembler:
 
     def _abandon(self, key: tuple[str, bytes]) -> None:
         self._abandoned[key] = None
-        while len(self._abandoned) > self.max_partials:
-            self._abandoned.popitem(last=False)

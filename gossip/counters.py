@@ -15,8 +15,10 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any
+
+from swarm.bounded import BoundedDict
 
 NOT_PENALIZED = frozenset(
     {
@@ -55,7 +57,7 @@ class GossipCounters:
         """Wire messages received, refused ones included."""
         self.messages_out = 0
         """Wire messages published (each chunk counts)."""
-        self.per_peer_drops: OrderedDict[str, Counter[str]] = OrderedDict()
+        self.per_peer_drops: BoundedDict[str, Counter[str]] = BoundedDict(max_peers)
         """Refusals blamed on each peer (bounded, least recently blamed evicted first)."""
 
     def drop(self, reason: str, peer: str | None = None) -> None:
@@ -69,11 +71,7 @@ class GossipCounters:
         counts = self.per_peer_drops.get(peer)
         if counts is None:
             counts = Counter()
-            self.per_peer_drops[peer] = counts
-            while len(self.per_peer_drops) > self.max_peers:
-                self.per_peer_drops.popitem(last=False)
-        else:
-            self.per_peer_drops.move_to_end(peer)
+        self.per_peer_drops[peer] = counts  # the newest; may push out the oldest
         counts[reason] += 1
 
     def peer_total(self, peer: str) -> int:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict
 from typing import Any
 
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
+
+from swarm.bounded import BoundedDict
 
 DELIVERY_HALF_LIFE_S = 120.0
 _MESH_TENURE_KEYS = 4096
@@ -32,7 +33,7 @@ class DecayingCounts:
 
     def __init__(self, half_life_s: float, max_keys: int) -> None:
         self.half_life_s, self.max_keys = half_life_s, max_keys
-        self._counts: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._counts: BoundedDict[str, tuple[float, float]] = BoundedDict(max_keys)
 
     def value(self, key: str, now: float) -> float:
         count, at = self._counts.get(key, (0.0, now))
@@ -40,9 +41,6 @@ class DecayingCounts:
 
     def note(self, key: str, now: float, amount: float = 1.0) -> None:
         self._counts[key] = (self.value(key, now) + amount, now)
-        self._counts.move_to_end(key)
-        while len(self._counts) > self.max_keys:
-            self._counts.popitem(last=False)
 
     def forget(self, key: str) -> None:
         self._counts.pop(key, None)
@@ -55,7 +53,9 @@ class DeliveryRankedPruning:
         super().__init__(**kwargs)
         self._deliveries = DecayingCounts(DELIVERY_HALF_LIFE_S, _COUNTED_PEERS)
         """Per forwarder: new, valid messages it handed us first (decaying)."""
-        self._mesh_since: dict[tuple[ID, str], int] = {}
+        self._mesh_since: BoundedDict[tuple[ID, str], int] = BoundedDict(
+            _MESH_TENURE_KEYS, fifo=True
+        )
         """When each (peer, topic) first joined our mesh, as a count of mesh joins."""
         self._mesh_order = itertools.count()
 
@@ -83,8 +83,6 @@ class DeliveryRankedPruning:
 
     def _notify_mesh_peer_added(self, peer_id: ID, topic: str) -> None:
         self._mesh_since.setdefault((peer_id, topic), next(self._mesh_order))
-        while len(self._mesh_since) > _MESH_TENURE_KEYS:
-            self._mesh_since.pop(next(iter(self._mesh_since)))
         super()._notify_mesh_peer_added(peer_id, topic)
 
     def remove_peer(self, peer_id: ID) -> None:

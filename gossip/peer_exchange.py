@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +75,7 @@ from gossip.peer_exchange_wire import (
     encode_reply,
     parse_entries,
 )
+from swarm.bounded import BoundedDict
 from swarm.config.network import Libp2pTransportConfig
 
 log = logging.getLogger("gossip.libp2p")
@@ -202,7 +202,8 @@ class PeerExchange:
         self.query_failed = dict.fromkeys(QUERY_FAIL_REASONS, 0)
         self.replies_dropped = dict.fromkeys(REPLY_DROP_REASONS, 0)
         self.entries_dropped = dict.fromkeys(ENTRY_DROP_REASONS, 0)
-        self.learned_from: OrderedDict[ID, str] = OrderedDict((p, "bootstrap") for p in bootstrap)
+        self.learned_from: BoundedDict[ID, str] = BoundedDict(_MAX_REMEMBERED, fifo=True)
+        self.learned_from.update((p, "bootstrap") for p in bootstrap)
         self.candidates: dict[ID, _Candidate] = {}
         self._scopes: set[str] = set()
         self._scopes_read_at: float | None = None
@@ -213,10 +214,10 @@ class PeerExchange:
         self._queried: set[ID] = set()
         self._queries_in_flight = 0
         self._serving = 0
-        self._last_request: OrderedDict[ID, float] = OrderedDict()
+        self._last_request: BoundedDict[ID, float] = BoundedDict(_MAX_REMEMBERED)
         self._next_periodic = 0.0
         self._next_save = 0.0
-        self._logged: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._logged: BoundedDict[tuple[str, str], float] = BoundedDict(_MAX_REMEMBERED, fifo=True)
 
     # ---- set-up and the periodic loop -----------------------------------------------
 
@@ -323,8 +324,6 @@ class PeerExchange:
 
     def _learned(self, pid: ID, source: str) -> None:
         self.learned_from[pid] = source
-        while len(self.learned_from) > _MAX_REMEMBERED:
-            self.learned_from.popitem(last=False)
 
     # ---- asking ---------------------------------------------------------------------
 
@@ -406,9 +405,6 @@ class PeerExchange:
             await _reset_quietly(stream)
             return
         self._last_request[requester] = now
-        self._last_request.move_to_end(requester)
-        while len(self._last_request) > _MAX_REMEMBERED:
-            self._last_request.popitem(last=False)
         self._serving += 1
         try:
             with trio.fail_after(REQUEST_TIMEOUT_S):
@@ -486,8 +482,6 @@ class PeerExchange:
             log.debug("%s (peer %s): %s", reason, peer, detail)
             return
         self._logged[key] = now
-        while len(self._logged) > _MAX_REMEMBERED:
-            self._logged.popitem(last=False)
         log.warning("%s (peer %s): %s (counted in stats)", reason, peer, detail)
 
 

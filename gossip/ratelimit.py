@@ -24,9 +24,9 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from swarm.bounded import BoundedDict
 from swarm.clock import Clock
 
 ALIVE_TICK_S = 0.5
@@ -56,7 +56,8 @@ class RateLimiter:
         self.burst = burst
         self.max_peers = max_peers
         self._clock = clock
-        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._buckets: BoundedDict[str, TokenBucket] = BoundedDict(max_peers)
+        """The least recently allowed or refused peer leaves first."""
         self._alive_at: float | None = None
         self._credit = 0.0
         """Tokens a bucket may hold past `burst` until `_credit_until` (stalls)."""
@@ -98,13 +99,10 @@ class RateLimiter:
         bucket = self._buckets.get(peer)
         if bucket is None:
             bucket = TokenBucket(float(self.burst), now)
-            self._buckets[peer] = bucket
-            while len(self._buckets) > self.max_peers:
-                self._buckets.popitem(last=False)
         else:
-            self._buckets.move_to_end(peer)
             bucket.tokens = self._refilled(bucket, now)
             bucket.updated = max(bucket.updated, now)
+        self._buckets[peer] = bucket  # the newest; a new peer may push out the oldest
         if bucket.tokens < 1.0:
             return False
         bucket.tokens -= 1.0

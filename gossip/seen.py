@@ -24,7 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from swarm.bounded import BoundedDict
 
 
 class SeenCache:
@@ -35,9 +35,10 @@ class SeenCache:
             raise ValueError("capacity and max_senders must be >= 1")
         self.capacity = capacity
         self.max_senders = max_senders
-        self._pairs: OrderedDict[tuple[str, int], None] = OrderedDict()
-        self._hashes: OrderedDict[tuple[str, bytes], None] = OrderedDict()
-        self._floors: OrderedDict[str, int] = OrderedDict()
+        self._pairs: BoundedDict[tuple[str, int], None] = BoundedDict(capacity, fifo=True)
+        self._hashes: BoundedDict[tuple[str, bytes], None] = BoundedDict(capacity, fifo=True)
+        self._floors: BoundedDict[str, int] = BoundedDict(max_senders)
+        """Per sender; the least recently raised floor leaves first."""
 
     def __len__(self) -> int:
         return len(self._pairs)
@@ -57,18 +58,13 @@ class SeenCache:
         return self.has_pair(sender, seq) or self.has_hash(sender, content_hash)
 
     def add(self, sender: str, seq: int, content_hash: bytes) -> None:
-        self._pairs[(sender, seq)] = None
-        while len(self._pairs) > self.capacity:
-            (old_sender, old_seq), _ = self._pairs.popitem(last=False)
+        evicted = self._pairs.set((sender, seq), None)
+        if evicted is not None:
+            (old_sender, old_seq), _ = evicted
             self.raise_floor(old_sender, old_seq)
         self._hashes[(sender, content_hash)] = None
-        while len(self._hashes) > self.capacity:
-            self._hashes.popitem(last=False)
 
     def raise_floor(self, sender: str, seq: int) -> None:
         """Count every seq of `sender` at or below `seq` as seen (on eviction, and after a
         restart from the highest seq each sender had reached)."""
         self._floors[sender] = max(seq, self._floors.get(sender, -1))
-        self._floors.move_to_end(sender)
-        while len(self._floors) > self.max_senders:
-            self._floors.popitem(last=False)

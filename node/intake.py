@@ -44,6 +44,7 @@ from node.rescore import Refused
 from node.selection import trainable_mask, trainable_share
 from node.workers import Rescorer
 from rewards.mixture import wire_source
+from swarm.bounded import BoundedDict
 from swarm.clock import Clock
 from swarm.config import NodeConfig
 from swarm.envelope import Envelope
@@ -133,7 +134,7 @@ class Intake:
         self.new_peer = asyncio.Event()
         """Set by a hello from a peer not in the table (the node answers with its own)."""
         self.drop_copies = config.sapo.drop_copies
-        self.group_owners: OrderedDict[bytes, str] = OrderedDict()
+        self.group_owners: BoundedDict[bytes, str] = BoundedDict(MAX_GROUP_OWNERS)
         """Digest of an accepted group's question and completions -> its first sender."""
 
     async def wait_for_peers(self, count: int, timeout_s: float, stop: asyncio.Event) -> None:
@@ -279,9 +280,6 @@ class Intake:
             if refused_by_pool is None:
                 if self.drop_copies:
                     self.group_owners[digest] = sender
-                    self.group_owners.move_to_end(digest)
-                    if len(self.group_owners) > MAX_GROUP_OWNERS:
-                        self.group_owners.popitem(last=False)
                 self.gossip.credit(sender, CREDIT_PER_GROUP)
                 if sender in self.peers:
                     self.peers[sender].note_verified(rescored.rewards)

@@ -40,10 +40,11 @@ keeps every sender's cohort.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from swarm.bounded import BoundedDict
 
 MAX_SENDERS = 4096
 """Senders remembered (as the peer table's cap)."""
@@ -72,7 +73,7 @@ class TrustBook:
         self.cohort_rounds = cohort_rounds
         self.ramp_rounds = ramp_rounds
         self.max_senders = max_senders
-        self._senders: OrderedDict[str, SenderHistory] = OrderedDict()
+        self._senders: BoundedDict[str, SenderHistory] = BoundedDict(max_senders)
         self._origin: int | None = None
         """Our round when we accepted the first group of anyone (cohort 0 opens then)."""
         self._latest = 0
@@ -91,11 +92,9 @@ class TrustBook:
         self._latest = max(self._latest, own_round)
         history = self._senders.get(sender)
         if history is None:
-            history = self._senders[sender] = SenderHistory(own_round, own_round)
-            while len(self._senders) > self.max_senders:
-                self._senders.popitem(last=False)
+            history = SenderHistory(own_round, own_round)
         history.last_round = max(history.last_round, own_round)
-        self._senders.move_to_end(sender)
+        self._senders[sender] = history  # the newest; may forget the least recently active
 
     def note_blamed(self, sender: str) -> None:
         """`sender` sent something our checks blame on it: it joins the current cohort

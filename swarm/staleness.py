@@ -23,8 +23,9 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
+
+from swarm.bounded import BoundedDict
 
 
 def age(own_round: int, arrival_round: int) -> int:
@@ -74,7 +75,8 @@ class SenderVersions:
         if max_senders < 1:
             raise ValueError("max_senders must be >= 1")
         self.max_senders = max_senders
-        self._table: OrderedDict[str, tuple[int, int]] = OrderedDict()  # sender -> (seq, ver)
+        self._table: BoundedDict[str, tuple[int, int]] = BoundedDict(max_senders)
+        """sender -> (seq, version); the least recently updated sender leaves first."""
 
     def __len__(self) -> int:
         return len(self._table)
@@ -88,9 +90,6 @@ class SenderVersions:
         if held is not None and held[0] >= seq:
             return
         self._table[sender] = (seq, policy_version)
-        self._table.move_to_end(sender)
-        while len(self._table) > self.max_senders:
-            self._table.popitem(last=False)
 
     def version(self, sender: str, default: int = 0) -> int:
         held = self._table.get(sender)

@@ -52,6 +52,9 @@ Invariants:
   library's adaptation would stretch a 1 s heartbeat to 30-60 s on a "poor health"
   score, which a 3-node test swarm always has).
 - A node's own publishes are not delivered back to it.
+- `start` raises `swarm.internals.LibraryInternalsChanged` if an internal of py-libp2p
+  patched here moved (`gossip.libp2p_selfcheck`, naming the version and the pin), before
+  anything is patched or listens.
 - `start` raises if the listen address cannot be bound (the library only logs it), and
   `ConfigError` if another process already listens there (`gossip.libp2p_listen`: the
   library's SO_REUSEPORT would otherwise let two nodes share one port).
@@ -125,6 +128,7 @@ from gossip.libp2p_patches import (
     refused_rpcs,
 )
 from gossip.libp2p_records import cache_sender_records, keep_rpcs_with_older_records
+from gossip.libp2p_selfcheck import check_libp2p_internals
 from gossip.nat import NatTraversal, peer_links
 from gossip.peer_exchange import PeerExchange, connection_limits
 from swarm.config.network import Libp2pTransportConfig
@@ -359,7 +363,7 @@ class Libp2pTransport:
         pubsub = self._pubsub
         if pubsub is not None:
             for queue in tuple(pubsub.peer_queues.values()):
-                inner = queue._queue
+                inner = queue._queue  # private: checked at start (gossip.libp2p_selfcheck)
                 if isinstance(inner, BoundedPriorityQueue):
                     refused += inner.refused
                     outbound_bytes += inner.queued_bytes
@@ -451,6 +455,9 @@ class Libp2pTransport:
         )
         if host.get_id().to_base58() != self.peer_id:
             raise RuntimeError("libp2p host id differs from the node identity")
+        # Every library internal patched below, checked before any is (fails loudly,
+        # naming the installed libp2p and its pin: gossip.libp2p_selfcheck).
+        check_libp2p_internals(host, nat=self.config.nat_traversal)
         disable_auto_connector(host.get_network())  # before host.run starts it
         self._inbound = install_inbound_slots(  # before host.run listens
             host.get_network(),

@@ -53,6 +53,7 @@ from libp2p.peer.peerstore import PeerStoreError
 from libp2p.security.noise.exceptions import PeerIDMismatchesPubkey
 
 from gossip.libp2p_dns import resolve_host_names
+from gossip.libp2p_selfcheck import reaches
 
 log = logging.getLogger("gossip.libp2p")
 
@@ -226,9 +227,7 @@ class Redialer:
         """Dial `info` once (one attempt per address); None on success, else the cause."""
         # Our own backoff replaces the swarm's 60 s negative dial cache, which would
         # otherwise refuse to redial a bootstrap peer that was down at our start.
-        negative = getattr(host.get_network(), "_negative_peer_cache", None)
-        if negative is not None:
-            negative.evict(str(info.peer_id))
+        host.get_network().unblock_peer(info.peer_id)
         info = PeerInfo(info.peer_id, await resolve_host_names(list(info.addrs)))
         try:
             with trio.fail_after(DIAL_TIMEOUT_S):
@@ -358,9 +357,14 @@ def disable_auto_connector(network: Any) -> None:
     Call before `host.run`. Raises if the swarm is not the pinned library's.
     """
     if not isinstance(network, Swarm) or type(network.auto_connector) is not AutoConnector:
-        raise RuntimeError(
-            "py-libp2p's Swarm/AutoConnector changed; gossip/libp2p.py needs updating"
+        r = reaches()
+        r.problem(
+            f"the host's network is a {type(network).__name__} with a "
+            f"{type(getattr(network, 'auto_connector', None)).__name__} auto-connector, "
+            "not a Swarm with an AutoConnector",
+            "gossip/libp2p_dialer.py",
         )
+        r.raise_if_missing()
     interval = network.auto_connector.auto_connect_interval
     network.auto_connector = _NoAutoConnector(network, interval)
     network.retry_config = RetryConfig(max_retries=0)

@@ -12,6 +12,8 @@ Invariants:
   counted (`not_forwarded`) and reported to the gate with the forwarder.
 - Its GossipSub signature is verified here, and a second time by the library when the
   gate passes it (the price of not reaching further into the library's `push_msg`).
+- Marking seen calls the library's private `Pubsub._mark_msg_seen`, checked when the
+  transport starts (`gossip.libp2p_selfcheck`).
 """
 
 from __future__ import annotations

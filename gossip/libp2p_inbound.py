@@ -2,7 +2,9 @@
 bounded per address.
 
 What the library does (pinned to libp2p==0.8.1: `install_inbound_slots` raises at start
-if either replaced method's source changed): `Swarm._handle_inbound_connection` takes a
+if either replaced method's source changed, naming the installed version and the pin;
+`gossip.libp2p_selfcheck` holds the pinned sources' digests and checks the private
+`Swarm._build_remote_multiaddr` used here): `Swarm._handle_inbound_connection` takes a
 slot of a `trio.CapacityLimiter(max_connections - min_connections)` for each accepted
 TCP connection and gives it back when `_do_handle_inbound_connection` returns; after a
 successful upgrade that method ends in `await self.manager.wait_finished()`, which
@@ -41,13 +43,10 @@ owns a thread; the handler runs in the swarm's trio listener.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import ipaddress
 import logging
 import time
 from dataclasses import dataclass
-from importlib.metadata import version
 from typing import Any
 
 import trio
@@ -57,14 +56,10 @@ from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.network.swarm import Swarm
 from multiaddr import Multiaddr
 
+from gossip.libp2p_selfcheck import check_instance, check_swarm, reaches
+
 log = logging.getLogger("gossip.libp2p")
 
-_PINNED_VERSION = "0.8.1"
-_PINNED_SOURCES = {
-    "_handle_inbound_connection": "0800fdf9770ed8e6",
-    "_do_handle_inbound_connection": "c22fdfd5289f671c",
-}
-"""sha256 prefixes of the replaced methods' source in libp2p 0.8.1."""
 _LOG_REPEAT_S = 600.0
 
 REFUSE_REASONS = ("max_peers", "per_ip", "per_subnet")
@@ -255,12 +250,8 @@ class InboundHandler:
         registering)."""
         for conn in self.swarm.get_connections(muxed_conn.peer_id):
             if getattr(conn, "muxed_conn", None) is muxed_conn:
-                event_closed = getattr(conn, "event_closed", None)
-                if not isinstance(event_closed, trio.Event):
-                    raise RuntimeError(
-                        "py-libp2p's SwarmConn.event_closed changed; see gossip/libp2p_inbound.py"
-                    )
-                await event_closed.wait()
+                check_instance(conn, [("event_closed", trio.Event)], "gossip/libp2p_inbound.py")
+                await conn.event_closed.wait()
                 return
         if not muxed_conn.is_closed:
             await _close_quietly(muxed_conn, "a connection the swarm did not keep")
@@ -270,18 +261,11 @@ class InboundHandler:
 
 
 def check_pinned() -> None:
-    """Raise unless the library's inbound path is the one `InboundHandler` replaces."""
-    if version("libp2p") != _PINNED_VERSION:
-        raise RuntimeError(
-            f"libp2p {version('libp2p')} installed; gossip/libp2p_inbound.py replaces "
-            f"{_PINNED_VERSION}'s inbound connection handling and needs checking"
-        )
-    for name, digest in _PINNED_SOURCES.items():
-        source = inspect.getsource(getattr(Swarm, name))
-        if hashlib.sha256(source.encode()).hexdigest()[:16] != digest:
-            raise RuntimeError(
-                f"py-libp2p's Swarm.{name} changed; gossip/libp2p_inbound.py needs updating"
-            )
+    """Raise `LibraryInternalsChanged` unless the library's inbound path is the one
+    `InboundHandler` replaces (`gossip.libp2p_selfcheck.check_swarm`)."""
+    r = reaches()
+    check_swarm(r, None)
+    r.raise_if_missing()
 
 
 def install_inbound_slots(network: Any, slots: InboundSlots) -> InboundHandler:

@@ -2,8 +2,11 @@
 the project's shared notes, `libp2p-and-mqtt.md`).
 
 Invariants: every class here subclasses or replaces a library internal that is pinned to
-libp2p==0.8.1 (a check raises at start if the internal changed); nothing here owns a
-socket or a thread; the transport in `gossip.libp2p` composes these pieces.
+libp2p==0.8.1; each one is listed in `gossip.libp2p_selfcheck`, which the transport runs
+before building these (a moved internal stops the start, naming the installed version and
+the pin), and the instances the library's constructors build are checked here
+(`check_instance`); nothing here owns a socket or a thread; the transport in
+`gossip.libp2p` composes these pieces.
 
 What the library does and what replaces it:
 - Outbound queues (`BoundedPriorityQueue`, `PeerQueues`): bounded by RPC count and
@@ -64,9 +67,11 @@ from libp2p.utils.varint import decode_uvarint
 
 from gossip.libp2p_forward_gate import refused_by_gate
 from gossip.libp2p_mesh import DeliveryRankedPruning
+from gossip.libp2p_selfcheck import check_instance, reaches
 from swarm.transport import ForwardGate
 
 log = logging.getLogger("gossip.libp2p")
+_HERE = "gossip/libp2p_patches.py"
 
 _MAX_QUEUED_RPCS = 4096
 _QUEUE_SLACK_RPCS = 16
@@ -205,8 +210,7 @@ class PeerQueues(dict[ID, _rpc_queue.RpcQueue]):
         self._max_queued_bytes = max_queued_bytes
 
     def __setitem__(self, peer_id: ID, queue: _rpc_queue.RpcQueue) -> None:
-        if not isinstance(getattr(queue, "_queue", None), _rpc_queue.PriorityQueue):
-            raise RuntimeError("py-libp2p's RpcQueue changed; gossip/libp2p.py needs updating")
+        check_instance(queue, [("_queue", _rpc_queue.PriorityQueue)], _HERE)
         if len(queue) == 0 and not isinstance(queue._queue, BoundedPriorityQueue):
             queue.max_message_size = self._max_rpc_bytes
             queue._queue = BoundedPriorityQueue(
@@ -312,9 +316,13 @@ class SwarmPubsub(Pubsub):
         self.refusals = refusals
         self.forward_gate: ForwardGate | None = None
         """Checks a peer's message must pass before it is forwarded or delivered."""
+        check_instance(
+            self,
+            [("counter", int), ("peer_queues", dict), ("max_inbound_rpc_size", int),
+             ("subscribed_topics_receive", None), ("peer_topics", dict)],
+            _HERE,
+        )  # fmt: skip
         self.peer_queues = PeerQueues(max_rpc_bytes, max_queued_bytes)
-        if not isinstance(getattr(self, "counter", None), int):
-            raise RuntimeError("py-libp2p's Pubsub.counter changed; see gossip/libp2p_patches.py")
         # Our messages' seqnos count on from the wall clock in nanoseconds (go-libp2p's
         # choice), not seconds: see the module docstring.
         self.counter = time.time_ns()
@@ -436,8 +444,17 @@ class SwarmGossipSub(DeliveryRankedPruning, GossipSub):
     ) -> None:
         super().__init__(**kwargs)
         self.refusals = refusals if refusals is not None else Refusals()
+        check_instance(
+            self,
+            [("mcache", MessageCache), ("scorer", None), ("pubsub", None), ("mesh", dict),
+             ("peer_protocol", dict), ("recent_message_deliveries", dict),
+             ("recent_peer_connections", list), ("recent_peer_disconnections", list)],
+            _HERE,
+        )  # fmt: skip
         if type(self.mcache) is not MessageCache:
-            raise RuntimeError("py-libp2p's MessageCache changed; gossip/libp2p.py needs updating")
+            r = reaches()
+            r.problem(f"GossipSub.mcache is a {type(self.mcache).__name__}", _HERE)
+            r.raise_if_missing()
         self.mcache = BoundedMessageCache(
             self.mcache.window_size, self.mcache.history_size, mcache_max_bytes
         )

@@ -60,6 +60,9 @@ Invariants:
   yet is waited for `_START_WAIT_S`, then retried in the background while the node
   trains alone (as a libp2p node whose bootstrap peer is down).
 - Payloads larger than `max_message_bytes` raise `ValueError` (the gossip layer chunks).
+- `start` raises `swarm.internals.LibraryInternalsChanged` when an aiomqtt or paho
+  internal that `gossip.mqtt_connect` reaches into moved (`gossip.mqtt_selfcheck`: it
+  names the library, its version and the pin).
 - After `stop`, `receive` raises `ConnectionError` (it never hangs on a dead transport).
 
 Memory bound. What peers can make this transport hold is at most
@@ -100,6 +103,7 @@ from gossip.mqtt_connect import (
     warn_if_password_in_clear,
 )
 from gossip.mqtt_outage import Outage
+from gossip.mqtt_selfcheck import check_mqtt_internals
 from swarm.config.network import MqttTransportConfig
 from swarm.errors import ConfigError
 from swarm.identity import Identity
@@ -199,6 +203,7 @@ class MqttTransport:
         """
         if self._task is not None:
             raise RuntimeError("transport already started")
+        check_mqtt_internals()  # LibraryInternalsChanged: aiomqtt's or paho's, version, pin
         warn_if_password_in_clear(self.config, self._credentials)
         self._stopping = False
         self._last_failure = ""

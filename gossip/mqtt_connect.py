@@ -276,14 +276,17 @@ class BrokerClient(aiomqtt.Client):
     """`aiomqtt.Client` that fails a connection attempt as soon as the broker closes it
     before a CONNACK (aiomqtt 2.5 ignores that disconnection and waits for the timeout).
 
-    It overrides aiomqtt's `_on_disconnect` and `_on_socket_register_write` and reads its
-    `_connected`, `_disconnected` and `_loop` (aiomqtt is pinned below 3);
-    `tests/gossip/test_mqtt_tls.py` fails if that stops working (the
+    It overrides aiomqtt's `_on_disconnect` and `_on_socket_register_write` and sets its
+    `_connected` and `_disconnected` futures (aiomqtt is pinned to 2.5): each reach is
+    checked when the transport starts (`gossip.mqtt_selfcheck`, naming the version and
+    the pin), `tests/gossip/test_mqtt_tls.py` fails if the first stops working (the
     missing-client-certificate attempt would then wait out the timeout), and
-    `tests/gossip/test_mqtt_register_write.py` if the write registration does."""
+    `tests/gossip/test_mqtt_register_write.py` if the write registration does. Made in
+    the event loop it runs in (as aiomqtt requires), whose handle it keeps itself."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.paho_log = _PahoLog()
+        self.event_loop = asyncio.get_running_loop()
         super().__init__(*args, logger=self.paho_log, **kwargs)
 
     def _on_disconnect(
@@ -301,7 +304,7 @@ class BrokerClient(aiomqtt.Client):
                 f"the broker closed the connection before accepting it ({detail})"
             )
             # paho may call this from the executor thread that runs connect().
-            self._loop.call_soon_threadsafe(_fail_pending, connecting, error)
+            self.event_loop.call_soon_threadsafe(_fail_pending, connecting, error)
         super()._on_disconnect(client, userdata, flags, reason_code, properties)
 
 
@@ -320,11 +323,11 @@ class BrokerClient(aiomqtt.Client):
             if sock.fileno() != fd:
                 return  # closed meanwhile: the reader side reports the lost connection
             try:
-                self._loop.add_writer(fd, write)
+                self.event_loop.add_writer(fd, write)
             except OSError as exc:
                 self._lose_connection(exc)
 
-        self._loop.call_soon_threadsafe(register)
+        self.event_loop.call_soon_threadsafe(register)
 
     def _lose_connection(self, exc: OSError) -> None:
         if not self._disconnected.done():

@@ -39,14 +39,25 @@ Library defects worked around here (py-libp2p 0.8.1):
   a NATed node advertises its LAN address, so nothing is dialed and it never learns
   it is private. Here the server dials the observed IP at each advertised TCP port.
 - `DCUtRProtocol._auto_drive_loop` initiates from both ends of a relayed connection.
+Each of these overrides a private hook of the library (as do the relay's member checks,
+`_handle_connect`, `_send_status`): `gossip.libp2p_selfcheck.check_nat` checks, when the
+transport starts with NAT traversal on, that every hook still exists with these
+parameters and is still called by the library, naming the version and the pin if not.
+The request's observed IP, whether it came over a relay and its size limit are our own
+(`observed_ip`, `stream_is_relayed`, `AUTONAT_MAX_MESSAGE_BYTES`), not the library's
+private helpers.
 
 Invariants: nothing here raises out of `run` for a network cause (each failure is
-counted in `stats()`); bounded memory (`MAX_ORIGINS` noted origins); never more than
-one circuit dial at a time.
+counted in `stats()`); an AutoNAT request that fails is counted
+(`autonat_requests_failed`): at DEBUG when the peer's request or stream broke, at
+WARNING (once per exception type, with its traceback) when our code or the library's
+failed (`AttributeError`, `TypeError`, `NameError`: never a peer's doing); bounded memory
+(`MAX_ORIGINS` noted origins); never more than one circuit dial at a time.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -55,12 +66,7 @@ import multiaddr
 import trio
 from libp2p.abc import IHost, INetConn, INetStream
 from libp2p.connection_types import ConnectionType
-from libp2p.host.autonat.autonat import (
-    _MAX_AUTONAT_MSG_SIZE,
-    AUTONAT_PROTOCOL_ID,
-    AutoNATService,
-    _is_relayed_stream,
-)
+from libp2p.host.autonat.autonat import AUTONAT_PROTOCOL_ID, AutoNATService
 from libp2p.host.autonat.pb.autonat_pb2 import Message
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
@@ -72,6 +78,8 @@ from libp2p.relay.circuit_v2.resources import RelayLimits, RelayResourceManager
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
+
+from gossip.libp2p_selfcheck import check_instance
 
 log = logging.getLogger("gossip.libp2p")
 
@@ -91,6 +99,11 @@ MAX_ORIGINS = 1024
 RELAY_LIMITS = RelayLimits(duration=3600, data=1 << 30, max_circuit_conns=8, max_reservations=64)
 """What a relay grants: 64 slots; per slot, 8 circuits at once, 1 GiB in all and circuits
 of at most 1 h."""
+
+AUTONAT_MAX_MESSAGE_BYTES = 64 * 1024
+"""Longest AutoNAT request read (py-libp2p 0.8.1's limit too; real ones are < 1 KiB)."""
+_OUR_FAILURES = (AttributeError, NameError, TypeError)
+"""Exceptions no peer's request causes: our code or the library's failed."""
 
 UNKNOWN, PUBLIC, PRIVATE = "unknown", "public", "private"
 
@@ -115,6 +128,37 @@ def peer_links(host: IHost) -> dict[str, str]:
     return out
 
 
+def observed_ip(stream: INetStream) -> str | None:
+    """The IP a stream's peer connects from (an IPv4-mapped IPv6 address as IPv4), or
+    None when the stream has no remote address."""
+    try:
+        remote = stream.get_remote_address()
+    except Exception:  # noqa: BLE001 - a closing stream may fail any accessor
+        return None
+    if not remote:
+        return None
+    text = str(remote[0]).lower()
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(addr)
+
+
+def stream_is_relayed(stream: INetStream) -> bool:
+    """Whether a stream runs over a relayed connection; True when that cannot be told
+    (AutoNAT must not dial back a peer whose IP it cannot see: the spec)."""
+    try:
+        addrs = stream.muxed_conn.get_transport_addresses()
+    except Exception:  # noqa: BLE001 - fail closed
+        return True
+    if addrs is None:
+        return True
+    return any("/p2p-circuit" in str(a) for a in addrs)
+
+
 def reachability_of(verdicts: dict[ID, bool]) -> str:
     """`public` if any server reached us, `private` if one could not and none did."""
     if any(verdicts.values()):
@@ -128,27 +172,43 @@ def dials_circuit(me: str, peer: str, reachability: str) -> bool:
 
 
 class _DialBackAutoNAT(AutoNATService):
-    """AutoNAT v1 whose server dials the observed IP on a fresh connection, and logs a
-    peer that resets its request stream at DEBUG (the library logs an ERROR)."""
+    """AutoNAT v1 whose server dials the observed IP on a fresh connection, and counts a
+    failed request (`counts["autonat_requests_failed"]`), logged as the module docstring
+    says (the library logs an ERROR for a peer that resets its request stream)."""
+
+    def __init__(self, host: Any, counts: dict[str, int] | None = None) -> None:
+        super().__init__(host)
+        self.counts = counts if counts is not None else {"autonat_requests_failed": 0}
+        self._warned: set[type[BaseException]] = set()
 
     async def handle_stream(self, stream: INetStream) -> None:
         try:
             request = Message()
             request.ParseFromString(
-                await read_varint_prefixed_bytes_limited(stream, _MAX_AUTONAT_MSG_SIZE)
+                await read_varint_prefixed_bytes_limited(stream, AUTONAT_MAX_MESSAGE_BYTES)
             )
             response = await self._handle_request(
-                request, self._observed_ip(stream), _is_relayed_stream(stream)
+                request, observed_ip(stream), stream_is_relayed(stream)
             )
             await stream.write(encode_varint_prefixed(response.SerializeToString()))
-        except Exception as exc:  # noqa: BLE001 - a peer's broken request ends here
-            log.debug("AutoNAT request from a peer failed: %r", exc)
+        except Exception as exc:  # noqa: BLE001 - counted; ours or the library's: WARNING
+            self._request_failed(exc)
         finally:
             with trio.move_on_after(DIAL_BACK_TIMEOUT_S):
                 try:
                     await stream.close()
                 except Exception as exc:  # noqa: BLE001 - already reset by the peer
                     log.debug("AutoNAT stream close failed: %r", exc)
+
+    def _request_failed(self, exc: Exception) -> None:
+        self.counts["autonat_requests_failed"] += 1
+        if isinstance(exc, _OUR_FAILURES) and type(exc) not in self._warned:
+            self._warned.add(type(exc))
+            log.warning("AutoNAT request handling failed in our code or py-libp2p's, not "
+                        "the peer's (counted in autonat_requests_failed; further %s not "
+                        "logged)", type(exc).__name__, exc_info=exc)  # fmt: skip
+        else:
+            log.debug("AutoNAT request from a peer failed: %r", exc)
 
     @staticmethod
     def _filter_by_observed_ip(addrs: list[bytes], observed_ip: str | None) -> list[bytes]:
@@ -226,8 +286,7 @@ class _SwarmCircuitRelay(CircuitV2Protocol):
 
     def __init__(self, host: IHost, *, allow_hop: bool, member: Member, counts: dict) -> None:
         super().__init__(host, limits=RELAY_LIMITS, allow_hop=allow_hop)
-        if not hasattr(self, "resource_manager") or not hasattr(self, "_send_status"):
-            raise RuntimeError("py-libp2p's CircuitV2Protocol changed; see gossip/nat.py")
+        check_instance(self, [("resource_manager", RelayResourceManager)], "gossip/nat.py")
         self.resource_manager = _SwarmRelayResources(RELAY_LIMITS, host, member, counts)
         self._member, self._counts = member, counts
 
@@ -262,6 +321,7 @@ class NatTraversal:
             "circuit_dials_failed": 0,
             "direct_upgrades": 0,
             "relay_refused_stranger": 0,
+            "autonat_requests_failed": 0,
         }
 
     def note_origin(self, peer: str) -> None:
@@ -281,7 +341,7 @@ class NatTraversal:
         protocol = _SwarmCircuitRelay(
             host, allow_hop=self.relay, member=self._member, counts=self.counts
         )
-        autonat = _DialBackAutoNAT(host)  # type: ignore[arg-type]
+        autonat = _DialBackAutoNAT(host, self.counts)
         dcutr = _InboundDCUtR(host)
         config = RelayConfig(roles=RelayRole.STOP, limits=RELAY_LIMITS)
         async with background_trio_service(protocol), background_trio_service(dcutr):

@@ -25,7 +25,8 @@ ADDR = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/9")
 
 
 class _Host:
-    """Just what `Redialer.run` uses: connections, notifees, a peerstore, connect()."""
+    """Just what `Redialer.run` uses: connections, notifees, unblock_peer, a peerstore,
+    connect()."""
 
     def __init__(self) -> None:
         self.connections: dict[ID, Any] = {}
@@ -33,7 +34,9 @@ class _Host:
         self.dialed: list[ID] = []
         self.me = ID.from_base58(Identity.generate().peer_id)
         self.network = SimpleNamespace(
-            connections=self.connections, register_notifee=self.notifees.append
+            connections=self.connections,
+            register_notifee=self.notifees.append,
+            unblock_peer=lambda peer_id: None,
         )
         self.peerstore = SimpleNamespace(addrs=lambda pid: [ADDR], peers_with_addrs=lambda: [])
 

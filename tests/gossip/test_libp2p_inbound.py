@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 import gossip.libp2p_inbound as inbound
+import gossip.libp2p_selfcheck as selfcheck
 from gossip.libp2p_inbound import InboundSlots, address_keys
+from swarm.internals import LibraryInternalsChanged
 
 CHURN_SCRIPT = Path(__file__).with_name("churn_peer.py")
 
@@ -95,8 +97,8 @@ def test_release_twice_raises() -> None:
 
 def test_the_replaced_library_path_is_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
     inbound.check_pinned()  # the installed libp2p is the one replaced
-    monkeypatch.setitem(inbound._PINNED_SOURCES, "_handle_inbound_connection", "0" * 16)
-    with pytest.raises(RuntimeError, match="_handle_inbound_connection changed"):
+    monkeypatch.setitem(selfcheck.PINNED_SOURCES, "_handle_inbound_connection", "0" * 16)
+    with pytest.raises(LibraryInternalsChanged, match="_handle_inbound_connection changed"):
         inbound.check_pinned()
 
 

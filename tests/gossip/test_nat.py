@@ -1,12 +1,17 @@
 """Pure parts of `gossip.nat`: reachability verdicts, who dials a circuit, the AutoNAT
-server's dial-back targets, relayed-link detection, and the config rule."""
+server's dial-back targets and request bookkeeping, relayed-link detection, and the
+config rule."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
 
 import multiaddr
 import pytest
+from libp2p import new_host
 from libp2p.connection_types import ConnectionType
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
@@ -19,8 +24,10 @@ from gossip.nat import (
     _DialBackAutoNAT,
     dials_circuit,
     is_relayed,
+    observed_ip,
     peer_links,
     reachability_of,
+    stream_is_relayed,
 )
 from swarm.config.network import Libp2pTransportConfig
 
@@ -87,3 +94,49 @@ def test_relay_without_nat_traversal_is_refused_naming_the_fix() -> None:
     assert Libp2pTransportConfig(relay=True).relay
     with pytest.raises(ValidationError, match="nat_traversal = true"):
         Libp2pTransportConfig(relay=True, nat_traversal=False)
+
+
+def _stream(remote: Any = None, addrs: list[str] | None = None) -> Any:
+    def get_remote_address() -> Any:
+        if isinstance(remote, Exception):
+            raise remote
+        return remote
+
+    def get_transport_addresses() -> list[multiaddr.Multiaddr]:
+        if addrs is None:
+            raise OSError("closed")
+        return [multiaddr.Multiaddr(a) for a in addrs]
+
+    return SimpleNamespace(
+        get_remote_address=get_remote_address,
+        muxed_conn=SimpleNamespace(get_transport_addresses=get_transport_addresses),
+    )
+
+
+def test_the_observed_ip_is_the_remote_address_with_mapped_ipv6_as_ipv4() -> None:
+    assert observed_ip(_stream(("10.77.1.1", 4001))) == "10.77.1.1"
+    assert observed_ip(_stream(("::FFFF:10.77.1.1", 4001))) == "10.77.1.1"
+    assert observed_ip(_stream(("2001:DB8::1", 4001))) == "2001:db8::1"
+    assert observed_ip(_stream(None)) is None
+    assert observed_ip(_stream(OSError("gone"))) is None
+
+
+def test_a_stream_counts_as_relayed_when_its_addresses_cannot_be_read() -> None:
+    assert stream_is_relayed(_stream(addrs=["/p2p/QmRelay/p2p-circuit"]))
+    assert not stream_is_relayed(_stream(addrs=["/ip4/10.77.2.1/tcp/4001"]))
+    assert stream_is_relayed(_stream(addrs=None))  # fails closed, as the spec wants
+
+
+def test_a_failed_autonat_request_is_counted_and_ours_are_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counts = {"autonat_requests_failed": 0}
+    autonat = _DialBackAutoNAT(new_host(), counts)
+    with caplog.at_level(logging.DEBUG, logger="gossip.libp2p"):
+        autonat._request_failed(ConnectionResetError("peer reset"))
+        assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+        caplog.clear()
+        for _ in range(2):  # the library lost a hook: not the peer's doing
+            autonat._request_failed(AttributeError("no attribute '_handle_request'"))
+        assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.DEBUG]
+    assert counts["autonat_requests_failed"] == 3

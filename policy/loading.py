@@ -8,9 +8,13 @@ Invariants:
   does) gets that class explicitly: `AutoTokenizer` would pick the model type's tokenizer
   and change the text.
 - `model_family(model)` hashes the architecture config (without bookkeeping keys such as
-  the transformers version, name or dtype) and every tensor of the state dict, upcast to
+  the transformers version, name or dtype, nor any private `_` key:
+  `policy.hf_selfcheck.config_text`) and every tensor of the state dict, upcast to
   float32, in sorted-name order. Call it once at load time, before any training: it
-  names the initial weights. Equal on every machine for the same weights.
+  names the initial weights. Equal on every machine for the same weights: each call first
+  checks that the config part does not change with the dtype, attention implementation
+  or name (`check_family_config`; a transformers version that serializes a new runtime
+  key raises, naming it, the version and the pin).
 """
 
 from __future__ import annotations
@@ -23,28 +27,13 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from policy.hf_selfcheck import check_family_config, config_text
 from policy.precision import parameter_dtype
 from policy.tiny import BUILTIN_PREFIX, build_tiny, load_char_tokenizer
 from swarm.config.learning import ModelConfig
 from swarm.errors import ModelLoadError
 
 _GENERIC_TOKENIZERS = {"PreTrainedTokenizerFast", "TokenizersBackend"}
-
-_CONFIG_BOOKKEEPING = {
-    "transformers_version",
-    "_name_or_path",
-    "name_or_path",
-    "dtype",
-    "torch_dtype",
-    "architectures",
-    "use_cache",
-    "_attn_implementation",
-    "_attn_implementation_autoset",
-    "_commit_hash",
-    "output_attentions",
-    "output_hidden_states",
-    "return_dict",
-}
 
 
 def resolve_device(device: str) -> torch.device:
@@ -94,16 +83,12 @@ def load_policy_model(config: ModelConfig) -> tuple[PreTrainedModel, Any]:
     return model, tokenizer
 
 
-def _config_json(model: PreTrainedModel) -> str:
-    cfg = {k: v for k, v in model.config.to_dict().items() if k not in _CONFIG_BOOKKEEPING}
-    return json.dumps(cfg, sort_keys=True, default=str)
-
-
 @torch.no_grad()
 def model_family(model: PreTrainedModel) -> str:
     """Hex digest naming architecture + initial weights (see the module docstring)."""
+    check_family_config(model.config)
     h = hashlib.sha256()
-    h.update(_config_json(model).encode())
+    h.update(config_text(model.config).encode())
     for name, tensor in sorted(model.state_dict().items()):
         t = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
         h.update(f"\0{name}\0{tuple(t.shape)}\0".encode())

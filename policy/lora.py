@@ -10,7 +10,9 @@ Invariants:
   deltas cross only between equal families.
 - `merge_lora_tensors` is pure: from a PEFT state dict (`base_model.model.` prefix,
   `.base_layer.` weights, `lora_A/B.default` pairs) to the base model's own names with
-  W' = W + scaling * B @ A, computed in float32 and cast back to W's dtype.
+  W' = W + scaling * B @ A, computed in float32 and cast back to W's dtype. That naming
+  is PEFT's internal layout, not its API: `apply_lora` checks it on every model it wraps
+  (`policy.hf_selfcheck.check_lora_layout`, raising with PEFT's version and pin).
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ from typing import Any
 
 import torch
 
+from policy.hf_selfcheck import ADAPTER, PEFT_PREFIX, check_lora_layout, merged_name
 from swarm.config.learning import LoraConfig
 
 LORA_INIT_SEED = 0x5A12
-PEFT_PREFIX = "base_model.model."
-ADAPTER = "default"
 
 
 def lora_settings(config: LoraConfig) -> dict[str, Any]:
@@ -54,9 +55,12 @@ def apply_lora(model: Any, config: LoraConfig) -> Any:
         bias="none",
         task_type="CAUSAL_LM",
     )
+    base_names = list(model.state_dict())
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(LORA_INIT_SEED)
-        return get_peft_model(model, peft_config)
+        wrapped = get_peft_model(model, peft_config)
+    check_lora_layout(wrapped.state_dict(), base_names)
+    return wrapped
 
 
 def lora_family(base_family: str, config: LoraConfig) -> str:
@@ -69,14 +73,15 @@ def merge_lora_tensors(state: dict[str, torch.Tensor], scaling: float) -> dict[s
     out: dict[str, torch.Tensor] = {}
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in state.items():
+        merged = merged_name(key)
+        if merged is not None:
+            out[merged] = tensor
+            continue
         name = key.removeprefix(PEFT_PREFIX)
         for part in ("lora_A", "lora_B"):
             marker = f".{part}.{ADAPTER}.weight"
             if name.endswith(marker):
                 pairs.setdefault(name[: -len(marker)], {})[part] = tensor
-                break
-        else:
-            out[name.replace(".base_layer.", ".")] = tensor
     for module, pair in pairs.items():
         if set(pair) != {"lora_A", "lora_B"}:
             raise ValueError(f"{module}: a LoRA pair is incomplete ({sorted(pair)})")

@@ -81,10 +81,11 @@ class _Call(torch.nn.Module):
 
 def _block_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The transformer blocks (FSDP's units): the classes a Hugging Face model names in
-    `_no_split_modules`, found through any PEFT wrapper."""
-    names: set[str] = set()
-    for module in model.modules():
-        names.update(getattr(module, "_no_split_modules", None) or [])
+    its private `_no_split_modules`, found through any PEFT wrapper (a transformers
+    without it degrades loudly: `policy.hf_selfcheck.no_split_module_names`)."""
+    from policy.hf_selfcheck import no_split_module_names  # transformers: only for FSDP
+
+    names = no_split_module_names(model.modules())
     return [m for m in model.modules() if type(m).__name__ in names]
 
 

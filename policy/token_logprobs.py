@@ -18,7 +18,9 @@ Invariants:
   (`verify`: a shared-prefix batch against the reference, in the parameters' dtype);
   a model whose attention ignores custom 4D masks (e.g. flash attention), whose head
   cannot be found or does something more after it fails the check and gets the
-  reference path, saying why in `fallback_reason`.
+  reference path, saying why in `fallback_reason`. The attention implementation is the
+  config's private `_attn_implementation` (`policy.hf_selfcheck.attention_implementation`:
+  a transformers without it turns the packed path off with one WARNING naming its version).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import torch
 
+from policy.hf_selfcheck import attention_implementation
 from policy.packing import PackedBatch, additive_mask, pack
 from policy.precision import compute_context
 
@@ -105,7 +108,7 @@ class TokenLogprobs:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         batch = pack(sequences, self.pad_id)
         decoder, head, after_head = model_parts(model)
-        attention = getattr(_unwrap(model).config, "_attn_implementation", None)
+        attention = attention_implementation(_unwrap(model).config)
         mask = batch.allowed if attention == "sdpa" else additive_mask(batch.allowed, torch.float32)
         dev = self.device
         with self._context(exact):
@@ -155,7 +158,7 @@ class TokenLogprobs:
     def _verify(self, model: Any) -> bool:
         """Whether the packed path reproduces the reference on this model (see the
         module docstring); sets `fallback_reason` where it does not."""
-        attention = getattr(_unwrap(model).config, "_attn_implementation", None)
+        attention = attention_implementation(_unwrap(model).config)
         if attention not in CUSTOM_MASK_ATTENTION:
             self.fallback_reason = f"attention {attention!r} may not apply a custom 4D mask"
             return False

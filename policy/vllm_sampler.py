@@ -7,7 +7,9 @@ Invariants:
 - vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set before the engine is
   built) so that `update_weights` can reach the model: it calls
   `llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})`, which loads
-  the trainer's tensors into the engine in place (no restart, no files).
+  the trainer's tensors into the engine in place (no restart, no files). That worker
+  method is vLLM's internal: checked on every worker as soon as the engine is built
+  (`policy.vllm_selfcheck`, raising with vLLM's version and pin).
 - The engine never tokenizes (`skip_tokenizer_init=True`): prompts are encoded with the
   trainer's `PromptRenderer`, so both backends see identical token ids, and
   completions are decoded with it too. Stop tokens are passed explicitly.
@@ -37,6 +39,7 @@ import torch
 
 from policy.prompts import PromptRenderer
 from policy.sampler import Completion, Prompt, SamplingParams, prompt_ids, stop_token_ids
+from policy.vllm_selfcheck import check_vllm_engine
 from swarm.config.learning import ModelConfig
 from swarm.errors import ConfigError
 
@@ -124,6 +127,7 @@ class VllmSampler:
             self.llm = vllm.LLM(**kwargs)
         finally:
             self.close()
+        check_vllm_engine(self.llm)
 
     def generate(
         self, prompts: Sequence[Prompt], n: int, params: SamplingParams, seed: int | None = None

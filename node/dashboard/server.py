@@ -130,11 +130,10 @@ async def serve(dashboard: Dashboard, host: str, port: int) -> web.AppRunner:
 
 
 def bound_port(runner: web.AppRunner) -> int:
-    """The port actually bound (useful with port 0)."""
-    for site in runner.sites:
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            return int(server.sockets[0].getsockname()[1])
+    """The port actually bound (useful with port 0), from aiohttp's public
+    `AppRunner.addresses` (each listening socket's address)."""
+    for address in runner.addresses:
+        return int(address[1])
     raise RuntimeError("dashboard is not listening")
 
 

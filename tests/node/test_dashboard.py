@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gossip.memory import MemoryNetwork
 from node.dashboard.follow import DataDirFollower
-from node.dashboard.server import Dashboard, parse_listen
+from node.dashboard.server import Dashboard, bound_port, parse_listen, serve
 from node.dashboard.view import MAX_POINTS, binned_mean, increments, node_view
 from node.metrics import read_metrics
 from node.peer_table import OwnProgress
@@ -240,3 +240,14 @@ def test_groups_without_trainable_signal_count_as_no_signal_not_refused() -> Non
     }
     shown = {key: value for key, _, value in headline(summary, 10)}
     assert (shown["no_signal"], shown["refused"]) == ("8", "2")
+
+
+def test_the_bound_port_is_read_through_aiohttps_public_api(tmp_path: Path) -> None:
+    async def run() -> int:
+        runner = await serve(Dashboard([tmp_path]), "127.0.0.1", 0)
+        try:
+            return bound_port(runner)
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(run()) > 0

@@ -10,8 +10,10 @@ Invariants:
 - A peer id holding a small-order public key is refused (`bad_sender`): for such a key
   some Ed25519 implementations (OpenSSL's) accept trivial signatures on any message, so
   anyone could sign as it.
-- Signing and verification run in libsodium (PyNaCl), about 1.8x faster than OpenSSL
-  here. Ed25519 signatures are deterministic (RFC 8032), so the bytes are those any
+- One Ed25519 library: key derivation, signing and verification all run in libsodium
+  (PyNaCl), about 1.8x faster than OpenSSL here; libp2p's own Ed25519 keys (the host
+  key, `gossip.libp2p`) are PyNaCl too. An `Identity` holds only its seed (never shown
+  by `repr`). Ed25519 signatures are deterministic (RFC 8032), so the bytes are those any
   implementation makes with the same key; libsodium's verification is the strict kind
   (canonical S and R, no small-order R or key), which refuses no signature an honest
   signer makes.
@@ -22,16 +24,9 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-)
 from nacl.bindings import crypto_sign, crypto_sign_open, crypto_sign_seed_keypair
 from nacl.exceptions import BadSignatureError
 
@@ -147,39 +142,38 @@ def verify(peer_id: str, message: bytes, signature: bytes) -> None:
 
 @dataclass(frozen=True)
 class Identity:
-    """A node's signing key and the peer id derived from it."""
+    """A node's signing key (its 32-byte Ed25519 seed) and the peer id derived from it."""
 
-    private_key: Ed25519PrivateKey
+    seed: bytes = field(repr=False)
+    """The RFC 8032 private key: what the key file holds and libp2p's host key is made of."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seed, bytes) or len(self.seed) != 32:
+            raise ValueError("an Ed25519 seed is 32 bytes")
 
     @classmethod
     def generate(cls) -> Identity:
-        return cls(Ed25519PrivateKey.generate())
+        return cls(os.urandom(32))
 
     @classmethod
     def from_seed(cls, seed: bytes) -> Identity:
-        if len(seed) != 32:
-            raise ValueError("an Ed25519 seed is 32 bytes")
-        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+        return cls(bytes(seed))
 
-    @property
-    def seed(self) -> bytes:
-        return self.private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    @functools.cached_property
+    def _keypair(self) -> tuple[bytes, bytes]:
+        """libsodium's (32-byte public key, 64-byte secret key: seed and public key)."""
+        return crypto_sign_seed_keypair(self.seed)
 
     @property
     def public_bytes(self) -> bytes:
-        return self.private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        return self._keypair[0]
 
     @functools.cached_property
     def peer_id(self) -> str:
         return peer_id_from_public_bytes(self.public_bytes)
 
-    @functools.cached_property
-    def _sodium_secret(self) -> bytes:
-        """libsodium's 64-byte secret key (seed and public key) for this identity."""
-        return crypto_sign_seed_keypair(self.seed)[1]
-
     def sign(self, message: bytes) -> bytes:
-        return crypto_sign(bytes(message), self._sodium_secret)[:64]
+        return crypto_sign(bytes(message), self._keypair[1])[:64]
 
 
 def write_key_file(

@@ -92,6 +92,25 @@ def test_key_file_created_0600_and_loaded(tmp_path: Path) -> None:
     assert load_or_create_key_file(path).peer_id == identity.peer_id
 
 
+def test_a_key_file_of_an_earlier_version_loads_to_the_same_identity(tmp_path: Path) -> None:
+    """Key files are the hex seed and a newline: one written before signing moved
+    wholly to libsodium (issue 34) loads to the same peer id and is rewritten byte for
+    byte."""
+    text = b"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"
+    path = tmp_path / "old.key"
+    path.write_bytes(text)
+    path.chmod(0o600)
+    identity = load_key_file(path)
+    assert identity.peer_id == "12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB"
+    write_key_file(tmp_path / "again.key", identity)
+    assert (tmp_path / "again.key").read_bytes() == text
+
+
+def test_the_seed_is_never_in_repr() -> None:
+    identity = Identity.from_seed(bytes(range(32)))
+    assert identity.seed.hex() not in repr(identity) and "seed" not in repr(identity)
+
+
 def test_key_file_0600_even_with_permissive_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
@@ -188,12 +207,15 @@ def test_signatures_are_rfc8032_bytes_and_interoperate_with_openssl(length: int)
     """Signing runs in libsodium: the bytes must be exactly OpenSSL's (Ed25519 is
     deterministic), each side must accept the other's, and a flipped bit or a signature
     of the wrong length must be refused."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     identity = Identity.from_seed(bytes(range(32)))
+    openssl = Ed25519PrivateKey.from_private_bytes(identity.seed)  # a second implementation
     message = os.urandom(length)
     ours = identity.sign(message)
-    assert ours == identity.private_key.sign(message)
-    identity.private_key.public_key().verify(ours, message)  # OpenSSL accepts ours
-    verify(identity.peer_id, message, identity.private_key.sign(message))
+    assert ours == openssl.sign(message)
+    openssl.public_key().verify(ours, message)  # OpenSSL accepts ours
+    verify(identity.peer_id, message, openssl.sign(message))
     for bad in (
         bytes([ours[0] ^ 1]) + ours[1:],
         ours[:63] + bytes([ours[63] ^ 0x10]),

@@ -13,11 +13,12 @@ from swarm.messages import TaskRef
 
 SOURCES = ("add", "copy", "reverse", "compare", "digit")
 PIECES = ["<answer>", "</answer>", "\n", " ", "\t", "x", "ab", "-", ".", "1,000"]
-CONFIGS = [
-    RewardsConfig(correctness=c, answer_format=f, format_weight=w)
-    for c in ("exact", "numeric", "closeness", "source")
+CORRECTNESS = ("exact", "numeric", "closeness", "source")
+CONFIGS = [RewardsConfig(correctness=c, format_weight=0.0) for c in CORRECTNESS] + [
+    # answer_format matters only with a format reward (a config refuses it otherwise)
+    RewardsConfig(correctness=c, answer_format=f, format_weight=0.5)
+    for c in CORRECTNESS
     for f in ("first_line", "answer_block")
-    for w in (0.0, 0.5)
 ]
 
 

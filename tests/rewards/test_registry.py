@@ -25,6 +25,11 @@ from swarm.messages import TaskRef
 from tests.rewards import slow_source
 
 
+def correctness_only(**fields: Any) -> RewardsConfig:
+    """A rewards config without the format reward (the default adds 0.5 for the form)."""
+    return RewardsConfig(**{"format_weight": 0.0, **fields})
+
+
 @pytest.mark.parametrize(
     ("completion", "answer"),
     [
@@ -51,18 +56,18 @@ def _add_task() -> Task:
 def test_exact_and_source_correctness_on_builtin() -> None:
     task = _add_task()
     for name in ("exact", "source"):
-        cfg = RewardsConfig(correctness=name)
+        cfg = correctness_only(correctness=name)
         assert score(task, "11", cfg) == 1.0
         assert score(task, "11\n3+3=6", cfg) == 1.0
         assert score(task, "1", cfg) == 0.0
         assert score(task, "111", cfg) == 0.0
         assert score(task, "", cfg) == 0.0
-    assert score_group(task, ["11", "2", "11"], RewardsConfig()) == [1.0, 0.0, 1.0]
+    assert score_group(task, ["11", "2", "11"], correctness_only()) == [1.0, 0.0, 1.0]
 
 
 def test_numeric_correctness() -> None:
     task = _add_task()
-    cfg = RewardsConfig(correctness="numeric")
+    cfg = correctness_only(correctness="numeric")
     assert score(task, "11.0", cfg) == 1.0
     assert score(task, "eleven", cfg) == 0.0
 
@@ -103,15 +108,16 @@ def test_resolve_answer_format_follows_the_prompt_mode() -> None:
 
 def test_reasoning_gym_scored_by_its_own_scorer_through_the_registry() -> None:
     task = make_task(TaskRef("rg:basic_arithmetic", 0, 1))
-    cfg = RewardsConfig()
+    cfg = correctness_only()
     assert score(task, f"work...\n<answer>{task.answer}</answer>", cfg) == 1.0
     assert score(task, "<answer>definitely wrong</answer>", cfg) == 0.0
-    assert score(task, f"<answer>{task.answer}</answer>", RewardsConfig(correctness="exact")) == 1.0
+    exact = correctness_only(correctness="exact")
+    assert score(task, f"<answer>{task.answer}</answer>", exact) == 1.0
 
 
 def test_unknown_correctness_name() -> None:
     with pytest.raises(KeyError, match="exact"):
-        score(_add_task(), "11", RewardsConfig(correctness="nope"))
+        score(_add_task(), "11", correctness_only(correctness="nope"))
 
 
 def _register(name: str, fn: Any, slow: bool) -> None:
@@ -123,13 +129,13 @@ def test_slow_reward_is_killed_at_its_limit_scores_zero_and_is_counted() -> None
     """Process mode (the default): the reward runs in the sandbox, killed at the limit."""
     _register("test-hang", slow_source.hang_reward, True)
     _register("test-where", slow_source.where, True)
-    where = RewardsConfig(correctness="test-where")
+    where = correctness_only(correctness="test-where")
     # runs in the sandbox: an empty directory that is not ours
     assert score(_add_task(), os.getcwd(), where) == 1.0
     before = reward_counters()["timeouts"]
     sandbox = registry._get_sandbox()
     timeouts, starts = sandbox.counts["timeouts"], sandbox.counts["starts"]
-    assert score(_add_task(), "11", RewardsConfig(correctness="test-hang", timeout_s=0.2)) == 0.0
+    assert score(_add_task(), "11", correctness_only(correctness="test-hang", timeout_s=0.2)) == 0.0
     assert reward_counters()["timeouts"] == before + 1
     assert sandbox.counts["timeouts"] == timeouts + 1  # its worker was killed
     assert live_reward_threads() == 0  # and no thread of ours is left running it
@@ -143,7 +149,7 @@ def test_thread_mode_counts_the_abandoned_thread_until_it_ends() -> None:
     before = reward_counters()["timeouts"]
     set_time_limit_mode("thread")
     try:
-        value = score(_add_task(), "11", RewardsConfig(correctness="test-hang", timeout_s=0.05))
+        value = score(_add_task(), "11", correctness_only(correctness="test-hang", timeout_s=0.05))
         assert value == 0.0
         assert reward_counters()["timeouts"] == before + 1
         assert live_reward_threads() == 1
@@ -166,7 +172,7 @@ def test_raising_reward_scores_zero_and_is_counted() -> None:
     for name, slow in (("test-boom-slow", True), ("test-boom-fast", False)):
         _register(name, slow_source.raising_reward, slow)
         before = reward_counters()["errors"]
-        assert score(_add_task(), "11", RewardsConfig(correctness=name)) == 0.0
+        assert score(_add_task(), "11", correctness_only(correctness=name)) == 0.0
         assert reward_counters()["errors"] == before + 1
 
 
@@ -174,7 +180,7 @@ def test_non_finite_reward_scores_zero() -> None:
     name = "test-nan"
     if name not in registry.CORRECTNESS:
         register_correctness(name, lambda s, t, a: float("nan"), slow=False, doc="nan")
-    assert score(_add_task(), "11", RewardsConfig(correctness=name)) == 0.0
+    assert score(_add_task(), "11", correctness_only(correctness=name)) == 0.0
 
 
 def test_duplicate_registration_refused() -> None:
@@ -203,5 +209,5 @@ def test_extract_answer_matches_the_regex_and_stays_linear_on_hostile_text() -> 
 def test_an_empty_answer_block_can_be_the_right_answer() -> None:
     task = make_task(TaskRef("rg:ab", 0, 38))  # one of reasoning-gym ab's empty answers
     assert task.answer == ""
-    assert score(task, "<answer></answer>", RewardsConfig()) == 1.0
-    assert score(task, "<answer>A#</answer>", RewardsConfig()) == 0.0
+    assert score(task, "<answer></answer>", correctness_only()) == 1.0
+    assert score(task, "<answer>A#</answer>", correctness_only()) == 0.0

@@ -2,7 +2,7 @@
 
 Four nodes of the built-in tiny model with the SAME initial weights (one model family)
 run the production `Node` round loop in one process over the memory transport (the
-setup of `benchmarks/delta_frontier.py`: `PolicyLearner` with real GRPO steps, the
+setup of `tests/node/delta_swarm.py`: `PolicyLearner` with real GRPO steps, the
 `digit` task from scratch, SAPO 4 local / 4 external, each node its own task seed). Per
 round: the consensus distance `mean_i ||x_i - mean_k x_k||` over all trainable
 parameters (each node's weights taken when it finishes that round) and the mean reward
@@ -31,7 +31,6 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.delta_frontier import node_config
 from gossip.layer import Gossip
 from gossip.memory import MemoryNetwork, MemoryTransport
 from node.metrics import read_metrics
@@ -40,6 +39,7 @@ from node.runner import Node, RoundReport
 from policy.choco import consensus_distance
 from swarm.clock import WallClock
 from swarm.identity import Identity
+from tests.node.delta_swarm import node_config
 
 SETTINGS: dict[str, dict[str, Any] | None] = {
     "rollouts only": None,

@@ -1,5 +1,6 @@
-"""The short version of `benchmarks/fuzz_wire.py` (the long run is outside CI), and proof
-that the harness can fail: a broken decoder is reported as a crash with its input saved.
+"""The short run of the fuzz harness `tests/swarm/fuzz_wire.py` (the long run,
+`benchmarks/fuzz_wire.py`, is outside CI), and proof that the harness can fail: a broken
+decoder is reported as a crash with its input saved.
 
 Invariant under test: every decoder a peer can reach raises only its refusal type, within
 its time limit, for a few thousand mutated inputs per target (0 crashes), and each target
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fuzz_wire import (
+from swarm.errors import WireError
+from tests.swarm.fuzz_wire import (
     TARGET_NAMES,
     InvariantViolation,
     IsolatedRunner,
@@ -30,7 +32,6 @@ from benchmarks.fuzz_wire import (
     main,
     run_target,
 )
-from swarm.errors import WireError
 
 SHORT_INPUTS = {
     "envelope": 3000,
@@ -121,7 +122,7 @@ def test_a_hanging_child_is_killed_and_counted() -> None:
 HUNG_RUN = """
 import time
 from pathlib import Path
-from benchmarks.fuzz_wire import Outcome, Target, envelope_input, run_target
+from tests.swarm.fuzz_wire import Outcome, Target, envelope_input, run_target
 from swarm.errors import WireError
 
 def hang(data: bytes) -> Outcome:

@@ -13,6 +13,9 @@ Invariants:
   right after the line that took it to that size, so a segment ends with a whole line;
   the next line starts a fresh file. `take_rotated` hands the segment to whoever
   compresses it. `read_metrics` reads the segments and the live file, in order.
+- `<data_dir>/node-info.json` (`write_node_info`) says who the process writing the
+  metrics is (peer id, listen addresses), for the dashboard; replaced atomically, and a
+  failed write is logged, never raised.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 import os
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +181,36 @@ def read_metrics(path: Path | str) -> list[dict[str, Any]]:
     """All complete records of a node's metrics, its rotated segments first (a torn last
     line is skipped). For long runs prefer streaming them: `iter_metrics`."""
     return list(iter_metrics(path))
+
+
+NODE_INFO = "node-info.json"
+
+
+def write_node_info(data_dir: Path, *, peer_id: str, listen: Sequence[str]) -> bool:
+    """Say in `<data_dir>/node-info.json` who the running node is: its peer id and the
+    addresses it listens on (call once it listens). False (logged) if not written."""
+    path = Path(data_dir) / NODE_INFO
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        temporary.write_text(json.dumps({"peer_id": peer_id, "listen": list(listen)}))
+        os.replace(temporary, path)
+    except OSError as exc:
+        log.warning("%s not written: %s", path, exc)
+        return False
+    return True
+
+
+def read_node_info(data_dir: Path) -> dict[str, Any] | None:
+    """What `write_node_info` wrote, or None (no file, or not one it wrote)."""
+    try:
+        info = json.loads((Path(data_dir) / NODE_INFO).read_text())
+    except (OSError, ValueError):
+        return None
+    if not (
+        isinstance(info, dict)
+        and isinstance(info.get("peer_id"), str)
+        and isinstance(info.get("listen"), list)
+        and all(isinstance(a, str) for a in info["listen"])
+    ):
+        return None
+    return info

@@ -8,7 +8,8 @@ Invariants:
   rounds it had done after its last checkpoint: they are counted again, as they were
   trained again).
 - Memory is bounded whatever the run's length: totals are running sums, the chart
-  history keeps the newest `max_history` rounds, `last` windows are deques.
+  history keeps the newest `max_history` rounds, `last` windows are deques. A history
+  point says (`restart`) whether its line is the first of a new process.
 - Cumulative counters in a record (drops, bytes) are the node's running totals since
   its process started; the summary adds them up over every process of the run (a
   restart is seen where a total goes down), so that every figure it shows covers the
@@ -68,10 +69,11 @@ class RunSummary:
 
     def add(self, record: dict[str, Any]) -> None:
         previous = self.final
-        if previous is not None and any(
+        restarted = previous is not None and any(
             now < before
             for now, before in zip(_process_totals(record), _process_totals(previous), strict=True)
-        ):
+        )
+        if restarted and previous is not None:
             self.restarts += 1
             self._before_restarts.update(_counters(previous))
         if record["external_groups"] and self.first_external_round is None:
@@ -93,7 +95,7 @@ class RunSummary:
             entry = (record["round"], record["eval"])
             self.eval_first = self.eval_first or entry
             self.eval_last = entry
-        self.history.append(point(record))
+        self.history.append({**point(record), "restart": restarted})
         self.final = record
 
     def summary(self) -> dict[str, Any]:
@@ -129,7 +131,6 @@ class RunSummary:
             "overhead_fraction": max(1 - work / total, 0.0) if total else None,
             "seconds": dict(seconds),
         }
-
 
     def _whole_run_drops(self, final: dict[str, Any]) -> dict[str, int]:
         drops = Counter(final["drops"])

@@ -10,6 +10,9 @@ Invariants:
 - A file that shrank or was replaced otherwise (a fresh run in the same dir) starts the
   summary over; a line that is not JSON is counted in `corrupt_lines` and skipped.
 - Nothing here writes to the data dir.
+- The node's own peer id comes from `node-info.json` (`node.metrics.write_node_info`),
+  else from the data dir's `node.key` (its public id only; re-read when the file
+  changes), else is unknown.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from node.metrics import NODE_INFO, read_node_info
 from node.metrics_segments import list_segments, open_segment
 from node.peer_table import read_peer_table
 from node.run_summary import RunSummary
 from node.samples import read_samples
+from swarm.errors import ConfigError
+from swarm.identity import load_key_file
 
 log = logging.getLogger("swarm.dashboard")
 
@@ -44,6 +50,8 @@ class DataDirFollower:
         """The first line of the followed file (recognizes it once rotated)."""
         self._samples_key: tuple[float, int] | None = None
         self._samples: list[dict[str, Any]] = []
+        self._key: tuple[tuple[int, int] | None, str | None] = (None, None)
+        """(stamp of node.key, the peer id read from it)."""
 
     @property
     def metrics_path(self) -> Path:
@@ -137,13 +145,36 @@ class DataDirFollower:
     def state_key(self) -> tuple[Any, ...]:
         """Changes whenever what a view of this dir shows may have changed."""
         stamps = []
-        for name in ("peers.json", "samples.jsonl"):
+        for name in ("peers.json", "samples.jsonl", NODE_INFO):
             try:
                 stat = (self.data_dir / name).stat()
                 stamps.append((stat.st_mtime_ns, stat.st_size))
             except FileNotFoundError:
                 stamps.append(None)
         return (id(self.summary), self.summary.rounds_seen, self.corrupt_lines, *stamps)
+
+    def node_info(self) -> dict[str, Any]:
+        """`{"peer_id": str | None, "listen": [...]}`: who the node says it is (see the
+        module)."""
+        info = read_node_info(self.data_dir)
+        if info is not None:
+            return {"peer_id": info["peer_id"], "listen": info["listen"]}
+        return {"peer_id": self._peer_id_from_key(), "listen": []}
+
+    def _peer_id_from_key(self) -> str | None:
+        path = self.data_dir / "node.key"
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp != self._key[0]:
+            try:
+                peer_id: str | None = load_key_file(path).peer_id
+            except (ConfigError, OSError):
+                peer_id = None
+            self._key = (stamp, peer_id)
+        return self._key[1]
 
     def peer_table(self) -> dict[str, Any] | None:
         return read_peer_table(self.data_dir / "peers.json")

@@ -28,7 +28,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from node.dashboard.follow import DataDirFollower
 from node.dashboard.prometheus import exposition, registry_for
-from node.dashboard.view import node_view
+from node.dashboard.view import node_view, seen_ago
+from swarm.clock import WallClock
 from swarm.errors import ConfigError
 
 STATIC = Path(__file__).with_name("static")
@@ -96,15 +97,28 @@ class Dashboard:
         if not (index.isdigit() and int(index) < len(self.followers)):
             raise web.HTTPNotFound(text="no such node")
         self.poll()
-        return web.json_response(self.view(int(index)))
+        view = self.view(int(index))
+        # The one figure that moves without the data dir: read on the node's clock.
+        return web.json_response({**view, "seen_ago_s": seen_ago(view, WallClock().now())})
+
+    def names(self) -> dict[str, str]:
+        """Peer id -> name of the followed nodes whose peer id is known."""
+        out = {}
+        for follower in self.followers:
+            peer_id = follower.node_info()["peer_id"]
+            if peer_id is not None:
+                out[peer_id] = follower.name
+        return out
 
     def view(self, index: int) -> dict[str, Any]:
-        """The node's view, rebuilt only when its data dir changed since the last one."""
+        """The node's view, rebuilt only when its data dir (or a followed node's peer
+        id) changed since the last one."""
         follower = self.followers[index]
-        key = follower.state_key()
+        names = self.names()
+        key = (follower.state_key(), tuple(sorted(names.items())))
         cached = self._views.get(index)
         if cached is None or cached[0] != key:
-            cached = self._views[index] = (key, node_view(follower))
+            cached = self._views[index] = (key, node_view(follower, names))
         return cached[1]
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -17,13 +18,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from gossip.memory import MemoryNetwork
 from node.dashboard.follow import DataDirFollower
 from node.dashboard.server import Dashboard, bound_port, parse_listen, serve
-from node.dashboard.view import MAX_POINTS, binned_mean, increments, node_view
-from node.metrics import read_metrics
+from node.dashboard.view import (
+    DOWN_S,
+    MAX_POINTS,
+    binned_mean,
+    bins,
+    increments,
+    node_view,
+    run_starts,
+    sample_rows,
+    seen_ago,
+    time_split,
+)
+from node.metrics import read_metrics, write_node_info
 from node.peer_table import OwnProgress
 from node.progress import headline
 from node.run_summary import RunSummary, summarize
 from swarm.errors import ConfigError
-from swarm.identity import Identity
+from swarm.identity import Identity, write_key_file
 from swarm.messages import Hello
 from tests.node.helpers import stub_config, stub_node
 from tests.node.test_version_claims import envelope_of
@@ -193,7 +205,11 @@ def test_series_are_binned_to_a_bounded_size() -> None:
     series = binned_mean(rounds, [float(r % 2) for r in rounds])
     assert len(series["round"]) <= MAX_POINTS and series["round"][-1] == 10_000
     assert all(v == pytest.approx(0.5, abs=0.05) for v in series["value"])  # 25 rounds a bin
-    assert binned_mean([1, 2, 3], [None, 1.0, None]) == {"round": [2], "value": [1.0]}
+    assert binned_mean([1, 2, 3], [None, 1.0, None]) == {
+        "round": [2],
+        "value": [1.0],
+        "breaks": [],
+    }
 
 
 def test_increments_of_counters_survive_a_restarted_process() -> None:
@@ -214,6 +230,7 @@ def test_an_empty_data_dir_shows_no_rounds(tmp_path: Path) -> None:
     assert node_view(DataDirFollower(tmp_path)) == {
         "name": tmp_path.name,
         "data_dir": str(tmp_path),
+        "self": {"peer_id": None, "listen": [], "uptime": None, "restarts": []},
         "rounds": 0,
     }
 
@@ -252,3 +269,156 @@ def test_the_bound_port_is_read_through_aiohttps_public_api(tmp_path: Path) -> N
             await runner.cleanup()
 
     assert asyncio.run(run()) > 0
+
+
+# ---- issue 34: what the page shows of the node, its peers, its time and its samples ----
+
+
+def _view(data_dir: Path) -> dict[str, Any]:
+    follower = DataDirFollower(data_dir)
+    follower.poll()
+    return node_view(follower)
+
+
+def _copies(swarm_dirs: list[Path], tmp_path: Path) -> list[Path]:
+    """The module's data dirs copied (a test here adds files to them)."""
+    out = []
+    for d in swarm_dirs:
+        shutil.copytree(d, tmp_path / d.name)
+        out.append(tmp_path / d.name)
+    return out
+
+
+def test_peers_are_named_where_the_dashboard_follows_them_and_the_node_says_who_it_is(
+    swarm_dirs: list[Path], tmp_path: Path
+) -> None:
+    """Was: peers by truncated id only; not the node's own id or addresses."""
+    n0, n1 = _copies(swarm_dirs, tmp_path)
+    ids = [Identity.from_seed(bytes([seed + 1]) * 32).peer_id for seed in (0, 1)]  # stub_node's
+    listen = ["/ip4/127.0.0.1/tcp/4001/p2p/" + ids[0]]
+    assert write_node_info(n0, peer_id=ids[0], listen=listen)  # what a node writes on joining
+    write_key_file(n1 / "node.key", Identity.from_seed(bytes([2]) * 32))  # no node-info: its key
+
+    status, _, view = _get(Dashboard([n0, n1]), "/api/node/0")
+    assert status == 200
+    assert view["self"]["peer_id"] == ids[0] and view["self"]["listen"] == listen
+    (row,) = view["peers"]["peers"]
+    assert row["peer"] == ids[1] and row["name"] == "n1"
+    assert view["peer_names"] == {ids[1]: "n1"}  # the page labels n1's series and bars so
+    _, _, other = _get(Dashboard([n0, n1]), "/api/node/1")
+    assert other["self"] == {**other["self"], "peer_id": ids[1], "listen": []}
+    assert other["peer_names"] == {ids[0]: "n0"}
+    # Followed alone, a peer has no name: the page shows its short id.
+    _, _, alone = _get(Dashboard([n0]), "/api/node/0")
+    assert alone["peers"]["peers"][0]["name"] is None and alone["peer_names"] == {}
+
+
+def test_uptime_counts_from_the_newest_start_and_the_last_line_is_dated(
+    swarm_dirs: list[Path], tmp_path: Path
+) -> None:
+    records = read_metrics(swarm_dirs[0] / "metrics.jsonl")
+    assert run_starts(list(_history(records))) == []  # a node that ran throughout
+    view = _view(swarm_dirs[0])
+    up = view["self"]["uptime"]
+    first, last = records[0], records[-1]
+    assert up["since_round"] == 1 and up["last_time"] == last["time"]
+    up_s = last["time"] - first["time"] + first["seconds"]["total"]
+    assert up["up_s"] == pytest.approx(up_s, abs=1e-3)
+    _, _, served = _get(Dashboard(swarm_dirs), "/api/node/0")
+    assert served["seen_ago_s"] is not None and served["seen_ago_s"] >= 0  # same machine
+    assert seen_ago(view, last["time"] + 12.34) == 12.3
+    assert seen_ago(view, last["time"] - 1) is None  # another machine's clock, or boot's
+
+
+def _history(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    summary = RunSummary(max_history=10_000)
+    for record in records:
+        summary.add(record)
+    return list(summary.history)
+
+
+def _with_restarts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run as if the node had been down twice: 100 s after round 4 (back at round 5),
+    and killed after round 8 to resume from round 6's checkpoint (its totals from 0)."""
+    out = [dict(r) for r in records[:4]]
+    out += [{**r, "time": r["time"] + 100.0} for r in records[4:8]]
+    for r in records[5:]:  # rounds 6.. again, by a new process
+        out.append({**r, "time": r["time"] + 300.0, "drops": {}, "bytes_in": 0, "bytes_out": 0})
+    return out
+
+
+def test_lines_break_where_the_node_was_not_running(swarm_dirs: list[Path], tmp_path: Path) -> None:
+    """Was: lines drawn across the gaps of a node that was down."""
+    lines = _with_restarts(read_metrics(swarm_dirs[0] / "metrics.jsonl"))
+    data_dir = tmp_path / "restarted"
+    data_dir.mkdir()
+    (data_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    starts = run_starts(_history(lines))
+    assert [i for i, _ in starts] == [4, 8]
+    assert starts[0][1] == pytest.approx(100.0, abs=DOWN_S)  # the seconds it was down
+    view = _view(data_dir)
+    assert view["reward"]["breaks"] == [4, 8] and view["round_seconds"]["breaks"] == [4, 8]
+    assert view["reward"]["round"] == [r["round"] for r in lines]  # 1-8, then 6-12 again
+    assert view["refusals"]["breaks"] == [4, 8]
+    for peer, series in view["peer_reward"].items():  # a peer's points: rounds it was used
+        at = [i for i, r in enumerate(lines) if peer in r["external_reward_by_sender"]]
+        after = [j for j in range(1, len(at)) if any(at[j - 1] < s <= at[j] for s in (4, 8))]
+        assert series["breaks"] == after
+    assert [(r["after_round"], r["round"]) for r in view["self"]["restarts"]] == [(4, 5), (8, 6)]
+    up = view["self"]["uptime"]  # since the newest start, not the run's first round
+    assert up["since_round"] == 6
+    up_s = lines[-1]["time"] - lines[8]["time"] + lines[8]["seconds"]["total"]
+    assert up["up_s"] == pytest.approx(up_s, abs=1e-3)
+
+
+def test_binning_never_spans_a_break_and_stays_bounded() -> None:
+    n, starts = 10_000, list(range(7, 10_000, 7))  # a restart every 7 rounds
+    spans = bins(n, starts=starts)
+    assert len(spans) <= MAX_POINTS and [i for s in spans for i in s] == list(range(n))
+    kept = starts[-(MAX_POINTS // 4) :]  # the newest breaks (older ones are merged)
+    assert set(kept) <= {span.start for span in spans}
+    assert all(not (span.start < s < span.stop) for span in spans for s in kept)
+    few = binned_mean(list(range(1, 11)), [1.0] * 5 + [None] * 2 + [2.0] * 3, starts=[5])
+    assert few["breaks"] == [5]  # the break lands on the first point after it
+
+
+def test_the_round_time_split_adds_up_to_the_round(swarm_dirs: list[Path]) -> None:
+    """Was: every timing drawn as a part, so the parts summed past the round (sampling and
+    scoring run ahead of it with prefetch, `sample_wait` is the part of the round)."""
+    seconds = {"sample_wait": 0.1, "train": 0.5, "other": 0.1, "total": 0.7, "sample": 0.4,
+               "score": 0.05}  # fmt: skip
+    split = time_split([{"seconds": seconds}])
+    assert split["total"] == 0.7 and sum(split["parts"].values()) == pytest.approx(0.7)
+    assert list(split["parts"]) == ["sample_wait", "train", "other"]
+    assert split["overlapping"] == {"sample": 0.4, "score": 0.05}
+    # Lines of versions before `sample_wait`: sampling and scoring were parts of the round.
+    old = {"sample": 0.3, "score": 0.1, "train": 0.5, "other": 0.1, "total": 1.0}
+    split = time_split([{"seconds": old}])
+    assert sum(split["parts"].values()) == pytest.approx(1.0) and split["overlapping"] == {}
+    shown = _view(swarm_dirs[0])["time_split"]
+    assert sum(shown["parts"].values()) == pytest.approx(shown["total"], abs=1e-3)
+    assert "sample" not in shown["parts"] and "sample" in shown["overlapping"]
+
+
+def test_samples_say_how_each_completion_ended() -> None:
+    """Was: `[EOS]` never shown (only a `[cut]`)."""
+    record = {
+        "round": 3,
+        "task": {"source": "add", "index": 1},
+        "prompt": "1+1=",
+        "completions": ["2", "22222", "2"],
+        "rewards": [1.0, 0.0, 1.0],
+        "finished": [True, False, True],
+    }
+    (row,) = sample_rows([record])
+    assert [c["end"] for c in row["completions"]] == ["[EOS]", "[cut]", "[EOS]"]
+    (row,) = sample_rows([{**record, "finished": None}])  # a learner that does not say
+    assert [c["end"] for c in row["completions"]] == ["", "", ""]
+
+
+def test_the_page_draws_what_the_view_gives(swarm_dirs: list[Path]) -> None:
+    """The script uses the fields above (no browser here: the browser test runs it)."""
+    _, _, script = _get(Dashboard(swarm_dirs), "/static/dashboard.js")
+    for used in ("peer_names", "breaks", "restarts", "seen_ago_s", "listen", "overlapping",
+                 "c.end", 'unit: "s"'):  # fmt: skip
+        assert used in script, used

@@ -42,6 +42,12 @@ class _Page(HTMLParser):
         self.cards: dict[str, str] = {}
         self.round: str | None = None
         self.peer_titles: list[str] = []
+        self.own_id: str | None = None
+        """The full peer id the page shows for the node itself."""
+        self.ends: list[str] = []
+        """How the shown completions ended ([EOS] / [cut])."""
+        self._in_self = False
+        self._in_end = False
         self._key: str | None = None
         self._in_value = False
         self._in_peers = False
@@ -58,12 +64,22 @@ class _Page(HTMLParser):
             self._in_peers = True
         if self._in_peers and tag == "td" and a.get("class") == "mono" and a.get("title"):
             self.peer_titles.append(str(a["title"]))
+        if tag == "p" and a.get("id") == "self":
+            self._in_self = True
+        if self._in_self and tag == "span" and a.get("class") == "mono" and a.get("title"):
+            self.own_id = a["title"]
+        self._in_end = tag == "span" and a.get("class") == "end"
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "table":
             self._in_peers = False
+        if tag == "p":
+            self._in_self = False
 
     def handle_data(self, data: str) -> None:
+        if self._in_end:
+            self.ends.append(data.strip())
+            self._in_end = False
         if self._in_value and self._key:
             self.cards[self._key] = data.strip()
             self._in_value, self._key = False, None
@@ -143,5 +159,7 @@ def test_chromium_shows_what_metrics_jsonl_says(tmp_path: Path) -> None:
     }
     assert {k: page.cards.get(k) for k in expected} == expected
     assert peers <= set(page.peer_titles), page.peer_titles
+    assert page.own_id == load_or_create_key_file(node0 / "node.key").peer_id
+    assert page.ends and set(page.ends) <= {"[EOS]", "[cut]"}, page.ends
     scraped = re.search(r'^swarm_rounds_total\{node="node-0"\} (\S+)$', prometheus, re.M)
     assert scraped is not None and float(scraped.group(1)) >= shown

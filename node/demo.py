@@ -74,6 +74,18 @@ JOIN_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 """Several nodes share a small machine: one torch thread each."""
 
 
+def join_command(
+    config: Path, rounds: int, wait_peers: int = 0, extra_args: tuple[str, ...] = ()
+) -> list[str]:
+    """`swarm join --json` for `config`; with `wait_peers`, its first round waits (up to
+    120 s) for that many peers."""
+    command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
+    command += ["--rounds", str(rounds), "--json", *extra_args]
+    if wait_peers:
+        command += ["--wait-peers", str(wait_peers), "--wait-timeout", "120"]
+    return command
+
+
 def spawn_join(
     config: Path,
     rounds: int,
@@ -82,24 +94,14 @@ def spawn_join(
     stderr: Any,
     wait_peers: int = 0,
     extra_args: tuple[str, ...] = (),
-    own_process_group: bool = False,
-    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
-    """Start `swarm join --json` for `config` as its own OS process (one torch thread);
-    with `wait_peers`, its first round waits (up to 120 s) for that many peers; with
-    `own_process_group`, it leads a process group of its own (its workers join it), as a
-    command started at a terminal does; `env` adds to its environment."""
-    command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
-    command += ["--rounds", str(rounds), "--json", *extra_args]
-    if wait_peers:
-        command += ["--wait-peers", str(wait_peers), "--wait-timeout", "120"]
+    """Start `join_command(...)` as its own OS process, with one torch thread."""
     return subprocess.Popen(
-        command,
+        join_command(config, rounds, wait_peers, extra_args),
         stdout=stdout,
         stderr=stderr,
         text=True,
-        env={**os.environ, **JOIN_ENV, **(env or {})},
-        process_group=0 if own_process_group else None,
+        env={**os.environ, **JOIN_ENV},
     )
 
 

@@ -1,7 +1,9 @@
-"""Waiting on real `swarm join` processes by what they write (their metrics.jsonl)."""
+"""Starting real `swarm join` processes and waiting on them by what they write (their
+metrics.jsonl)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import tomllib
@@ -10,7 +12,31 @@ from typing import Any
 
 import tomli_w
 
+from node.demo import JOIN_ENV, join_command
 from node.metrics import read_metrics
+
+
+def start_join(
+    config: Path,
+    rounds: int,
+    *,
+    stdout: Any,
+    stderr: Any,
+    wait_peers: int = 0,
+    own_process_group: bool = False,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen:
+    """`node.demo.spawn_join` with what only tests need: with `own_process_group`, the
+    node leads a process group of its own (its workers join it), as a command started at
+    a terminal does; `env` adds to its environment."""
+    return subprocess.Popen(
+        join_command(config, rounds, wait_peers),
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        env={**os.environ, **JOIN_ENV, **(env or {})},
+        process_group=0 if own_process_group else None,
+    )
 
 
 def wait_rounds(metrics: Path, rounds: int, proc: subprocess.Popen, timeout: float) -> None:

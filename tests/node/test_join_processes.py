@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from node.checkpoints import latest_valid, round_of
-from node.demo import spawn_join, write_configs
+from node.demo import write_configs
 from node.metrics import read_metrics
-from tests.node.process_helpers import edit_config
+from tests.node.process_helpers import edit_config, start_join
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def _join(
     config: Path, rounds: int, log: Path, wait_peers: int = 0, own_process_group: bool = False
 ) -> subprocess.Popen:
-    return spawn_join(
+    return start_join(
         config,
         rounds,
         stdout=subprocess.DEVNULL,

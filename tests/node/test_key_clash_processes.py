@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from node.demo import free_port, spawn_join, write_configs
+from node.demo import spawn_join, write_configs
 from node.metrics import read_metrics
+from node.ports import free_port
 from node.silence import SILENT_AFTER_S
 
 pytestmark = pytest.mark.slow(seconds=60)

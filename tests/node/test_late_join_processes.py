@@ -33,10 +33,16 @@ from pathlib import Path
 
 import pytest
 
-from node.demo import spawn_join, write_configs
+from node.demo import write_configs
 from node.metrics import read_metrics
 from swarm.identity import load_or_create_key_file
-from tests.node.process_helpers import edit_config, senders, set_config, wait_rounds
+from tests.node.process_helpers import (
+    edit_config,
+    senders,
+    set_config,
+    start_join,
+    wait_rounds,
+)
 
 pytestmark = pytest.mark.slow(seconds=120)
 
@@ -55,7 +61,7 @@ over 7 windows, so 10 rounds left a few-percent chance of none per check (CI saw
 def _spawn(
     config: Path, rounds: int, log: Path, wait_peers: int = 0, env: dict[str, str] | None = None
 ) -> subprocess.Popen:
-    return spawn_join(
+    return start_join(
         config, rounds, stdout=subprocess.DEVNULL, stderr=log.open("a"), wait_peers=wait_peers,
         env=env,
     )  # fmt: skip

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -293,6 +294,11 @@ class DeltaExchange:
     @property
     def last_step(self) -> int:
         return self._last_step
+
+    @property
+    def last_shared(self) -> Mapping[str, Tensor]:
+        """`theta_last_shared` by name (float32), to read: `rebase` changes it."""
+        return MappingProxyType(self._last_shared)
 
     @property
     def own_norm(self) -> float | None:

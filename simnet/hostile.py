@@ -25,16 +25,15 @@ class PoisonLearner(PolicyLearner):
     def share_deltas(self, own_round: int) -> tuple[DeltaPacket | None, dict[str, Any] | None]:
         if self.deltas is None or not self.deltas.due(self.policy_version):
             return None, None
-        # Reaches into the exchange's baseline and residual so that every packet is
-        # exactly POISON_SCALE x this node's true update, not a compounding one.
+        # Every packet is exactly POISON_SCALE x this node's true update since its last
+        # share, not a compounding one: after each share, the exchange starts afresh from
+        # the true weights (no residual; a poisoner never merges, so nothing pending is lost).
         exchange = self.deltas
         if not isinstance(exchange, DeltaExchange):
             raise TypeError("PoisonLearner poisons the `merge` delta scheme only")
         real = {n: p.detach().float() for n, p in model_params(self.model).items()}
-        last = exchange._last_shared
+        last = exchange.last_shared
         fake = {n: last[n] + (real[n] - last[n]) * POISON_SCALE for n in real}
         packet = exchange.maybe_make_packet(self.policy_version, fake)
-        for name, tensor in last.items():
-            tensor.copy_(real[name])
-        exchange._residual = {n: t.zero_() for n, t in exchange._residual.items()}
+        exchange.rebase(real, self.policy_version)
         return packet, {"poison": True}

@@ -282,6 +282,17 @@ def test_rebase_starts_afresh_from_the_given_weights() -> None:
     assert global_norm(_sent(packet, ex.shapes)) == 0.0  # nothing trained since the rebase
 
 
+def test_last_shared_is_the_next_shares_baseline_and_read_only() -> None:
+    params, ex = _node()
+    gen = torch.Generator().manual_seed(6)
+    for _ in range(2):
+        _step(params, gen)
+    assert ex.maybe_make_packet(2, params) is not None
+    assert all(torch.equal(ex.last_shared[n], params[n]) for n in params)
+    with pytest.raises(TypeError):
+        ex.last_shared["0.weight"] = torch.zeros(1)  # type: ignore[index]
+
+
 def test_error_feedback_carries_each_nodes_learning_to_the_other() -> None:
     """Node a learns only the first half of a target, node b only the second half.
     Sharing 1/16 of each chunk per round (with error feedback) gives both nodes all of it."""

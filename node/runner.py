@@ -54,7 +54,7 @@ from node.checkpointing import Checkpointer
 from node.evaluation import HeldOut, eval_record
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner, LocalGroup
-from node.metrics import round_seconds
+from node.metrics import round_seconds, write_node_info
 from node.model_thread import ModelThread
 from node.own_samples import OwnSamples
 from node.peer_table import OwnProgress
@@ -284,6 +284,8 @@ class Node:
         if self._deltas_topic is not None:
             await self.gossip.subscribe(self._deltas_topic)
         self.started_at = self.intake.started_at = self.clock.now()
+        # Who is running here, for the dashboard (its own id and listen addresses).
+        write_node_info(self.data_dir, peer_id=self.peer_id, listen=self.listen_addrs())
         if on_started is not None:
             on_started()
         self._admissions = asyncio.Queue(ADMISSION_QUEUE)

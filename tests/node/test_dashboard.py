@@ -30,7 +30,7 @@ from node.dashboard.view import (
     seen_ago,
     time_split,
 )
-from node.metrics import read_metrics, write_node_info
+from node.metrics import read_metrics, read_node_info, write_node_info
 from node.peer_table import OwnProgress
 from node.progress import headline
 from node.run_summary import RunSummary, summarize
@@ -422,3 +422,13 @@ def test_the_page_draws_what_the_view_gives(swarm_dirs: list[Path]) -> None:
     for used in ("peer_names", "breaks", "restarts", "seen_ago_s", "listen", "overlapping",
                  "c.end", 'unit: "s"'):  # fmt: skip
         assert used in script, used
+
+
+def test_a_running_node_says_who_it_is_for_the_dashboard(swarm_dirs: list[Path]) -> None:
+    """Each node wrote its peer id (and listen addresses: none on the memory transport)
+    once it joined; the dashboard's headline reads them from there."""
+    for data_dir in swarm_dirs:
+        info = read_node_info(data_dir)
+        assert info is not None and info["peer_id"].startswith("12D3KooW")
+        assert info["listen"] == []
+    assert read_node_info(swarm_dirs[0])["peer_id"] != read_node_info(swarm_dirs[1])["peer_id"]

@@ -1,21 +1,26 @@
-"""A node's training ranks: rank 0 (the node on the network) starts ranks 1..N-1 as its
-own child processes and tells them what to do (issue 36; `policy.parallel` computes).
+"""A node's training ranks: rank 0 (the node on the network) starts the others and tells
+them what to do (issue 36; `policy.parallel` computes).
 
 Invariants:
-- One command starts everything: `swarm join` with `train.ranks = N` starts N - 1
-  processes of `python -m node.rank_worker`, each loading the node's resolved config
-  (written once into `<data_dir>/ranks/`) and its own copy of the model, and joins them in
-  a torch.distributed process group (gloo on CPUs, NCCL on GPUs) through a file
-  rendezvous in that folder. Gloo's connections stay on the loopback interface.
+- One command starts everything on rank 0's machine: `swarm join` with `train.ranks = N`
+  starts ranks 1..L-1 (L = `train.local_ranks`, default N) as its children, `python -m
+  node.rank_worker`, each loading the node's resolved config (written once into
+  `<data_dir>/ranks/`) and its own copy of the model. Ranks L..N-1 run on other machines,
+  started there by `swarm ranks` (`serve_remote_ranks`). All join one torch.distributed
+  process group (gloo on CPUs, NCCL on GPUs): through a file in that folder when every
+  rank is on this machine (gloo then stays on the loopback interface), else through rank
+  0's TCP store at `train.rendezvous`. A machine's i-th rank uses its `cuda:i`.
 - Rank 0 alone has a network identity, gossip, checkpoints and metrics; the other ranks
   only train. Before each collective operation rank 0 broadcasts the command (`Command`)
   that makes the others run the same one, so every rank calls the same collectives in the
-  same order.
-- Any rank's death stops the node: a dead child makes rank 0's next (or current)
-  collective raise, which fails the round with the rank named; rank 0's death kills the
-  children (parent-death signal) or fails their next collective. The last checkpoint on
-  disk stays the one to resume from.
-- `close` stops the children (a stop command, then SIGKILL after a grace period).
+  same order; one command at a time (a lock), so a checkpoint's gather never interleaves
+  with a step.
+- Any rank's death stops the node: a dead rank makes rank 0's next (or current)
+  collective raise, which fails the round with `RanksFailed` naming it; rank 0's death
+  kills its children (parent-death signal) and fails the other machines' next
+  collective. The last checkpoint on disk stays the one to resume from.
+- `close` stops the other ranks (a stop command, then SIGKILL of children after a grace
+  period).
 """
 
 from __future__ import annotations
@@ -55,8 +60,10 @@ class Command:
     """What rank 0 tells the other ranks to do next."""
 
     kind: str
-    """`step` (train on `payload`: the groups), `sync` (take rank 0's weights), `load`
-    (take rank 0's weights, optimizer state and policy version: `payload`), `stop`."""
+    """`step` (train on `payload`, the groups; under FSDP then gather the whole weights to
+    rank 0), `sync` (take rank 0's weights), `load` (take rank 0's weights, optimizer state
+    and policy version: `payload`), `gather_optimizer` (the whole optimizer state to rank
+    0, for a checkpoint), `stop`."""
     payload: Any = None
 
 

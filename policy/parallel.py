@@ -1,4 +1,4 @@
-"""One policy trained by several local processes through torch.distributed: DDP or FSDP2.
+"""One policy trained by several processes through torch.distributed: DDP or FSDP2.
 
 A node's ranks each hold the policy (DDP: a full replica; FSDP: a shard of every
 parameter, gathered unit by unit for compute) and run `Trainer.step` on the same batch
@@ -12,10 +12,11 @@ Invariants:
 - The process group exists before anything here runs: `node/` starts the ranks and the
   rendezvous. This module only computes on the group (no sockets, no launching).
 - Every rank calls `Trainer.step` with the same groups in the same order. Under FSDP
-  every rank runs the same number of forwards (a rank with fewer micro-batches runs
-  empty ones: one token, zero loss), as its all-gathers require; under DDP every rank
-  runs exactly one gradient-synchronizing backward per iteration (the last of its
-  micro-batches, or an empty one).
+  every rank runs the same number of forwards and backwards (a rank with fewer
+  micro-batches runs empty ones: one token, zero loss), as its all-gathers and
+  reduce-scatters require; it reduce-scatters every backward, so accumulated gradients
+  stay sharded. Under DDP every rank runs exactly one gradient-synchronizing backward per
+  iteration (the last of its micro-batches, or an empty one).
 - The engines average gradients over ranks; the trainer's micro-batch losses are sums
   (unit normalizers), so gradients are scaled back by the number of ranks.
 - The wrapped model keeps its parameter names: checkpoints, deltas and the sampler see

@@ -152,10 +152,11 @@ class PolicyLearner:
         self._checkpoint_optimizer = self.trainer.optimizer
         """The optimizer checkpoints save and load: the trainer's own, or under FSDP one of
         the whole model's, filled with the gathered state before each save."""
-        if self.sharded:
-            trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if self.sharded:  # the trainer's hyperparameters: a checkpoint saves its groups
             self._checkpoint_optimizer = torch.optim.AdamW(
-                trainable or [torch.nn.Parameter(torch.zeros(1))]
+                [p for p in self.model.parameters() if p.requires_grad],
+                lr=config.train.learning_rate,
+                weight_decay=config.train.weight_decay,
             )
         self.model_id = config.model.name_or_path
         self.model_family = built.model_family

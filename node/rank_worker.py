@@ -54,8 +54,11 @@ def serve(folder: Path, rank: int, local_index: int) -> None:
     trainer = load_trainable(config, info, device).trainer
     print(f"rank {rank} of {info.world} ready ({info.kind}), pid {os.getpid()}", flush=True)
     _serve_commands(trainer, info)
-    dist.destroy_process_group()
+    # Leave at once, engine and group still referenced: tearing them down after rank 0
+    # (which holds the TCP store) had gone was seen to hang in ProcessGroupGloo's
+    # destructor, joining a worker thread, when the DDP reducer was freed.
     print(f"rank {rank} stopped", flush=True)
+    os._exit(0)
 
 
 def _serve_commands(trainer: Trainer, info: RankInfo) -> None:

@@ -157,7 +157,7 @@ def test_a_rank_on_another_machine_joins_through_the_rendezvous(tmp_path: Path) 
             capture_output=True, text=True, env=env, timeout=300,
         )  # fmt: skip
         assert node.returncode == 0, node.stderr[-2000:]
-        assert remote.wait(timeout=60) == 0
+        assert remote.wait(timeout=120) == 0
         log = (tmp_path / "data" / "ranks-from-2" / "rank-2.log").read_text()
         assert "rank 2 of 3 ready (ddp)" in log and "rank 2 stopped" in log, log
         records = read_metrics(tmp_path / "data" / "metrics.jsonl")

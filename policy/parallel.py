@@ -20,7 +20,7 @@ Invariants:
 - The engines average gradients over ranks; the trainer's micro-batch losses are sums
   (unit normalizers), so gradients are scaled back by the number of ranks.
 - The wrapped model keeps its parameter names: checkpoints, deltas and the sampler see
-  the same names as in a one-process node (`full_state_dict` gathers FSDP's shards).
+  the same names as in a one-process node (`gathered_state_dict` gathers FSDP's shards).
 """
 
 from __future__ import annotations
@@ -161,10 +161,6 @@ class ParallelModel:
             for name, p in self.model.named_parameters()
             if p.grad is not None
         }
-
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The model's whole state by name, on every rank (all ranks call)."""
-        return {k: _full(v).detach() for k, v in self.model.state_dict().items()}
 
     def gathered_state_dict(self) -> dict[str, torch.Tensor]:
         """The model's whole state by name on rank 0, in CPU memory; {} on the others

@@ -62,7 +62,7 @@ def run_rank(rank: int, world: int, kind: str, store: str, out: str, case: dict[
         stats, grads = t.loss_and_gradients(groups)
         step = t.step(groups)
         assert t.parallel is not None
-        params = t.parallel.full_state_dict()
+        params = t.parallel.gathered_state_dict()  # whole, on rank 0
         names = [n for n, p in net.named_parameters() if p.requires_grad]
         optimizer = t.parallel.gathered_optimizer_state(t.optimizer)  # what checkpoints hold
         if rank == 0:

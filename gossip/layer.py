@@ -54,6 +54,7 @@ Invariants:
   letting one peer crash every node).
 - Nothing here judges staleness: the node reads `Received.envelope.policy_version`
   (the sender's claim about itself) and applies `swarm.staleness` itself.
+- Publishing lives in `gossip.publisher` (its invariants, restated here in short).
 - `publish` never raises because of the network: a transport failure (`ConnectionError`,
   `OSError`, `TimeoutError`) is counted under `publish_failed` by exception type, logged
   once per cause (again only after `PUBLISH_LOG_EVERY_S` of the same cause), and the
@@ -84,16 +85,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gossip.chunking import MAX_CHUNKS, Reassembler, sha256, split
+from gossip.chunking import Reassembler, sha256
 from gossip.counters import GossipCounters
 from gossip.forward_checks import EnvelopeChecks
+from gossip.publisher import CHUNK_SLACK as CHUNK_SLACK  # re-exported, as are the next two
+from gossip.publisher import MAX_SEQ, Publisher
+from gossip.publisher import MIN_CHUNK_DATA as MIN_CHUNK_DATA
+from gossip.publisher import PUBLISH_LOG_EVERY_S as PUBLISH_LOG_EVERY_S
 from gossip.ratelimit import STALL_GRACE_S, RateLimiter
 from gossip.scoring import PeerScores
 from gossip.seen import SeenCache
 from swarm.clock import Clock
 from swarm.codec import Limits
 from swarm.config.network import GossipConfig
-from swarm.envelope import Envelope, decode_envelope, decode_vouched_envelope, seal_parts
+from swarm.envelope import Envelope, decode_envelope, decode_vouched_envelope
 from swarm.errors import WireError
 from swarm.identity import Identity
 from swarm.messages import (
@@ -104,8 +109,6 @@ from swarm.messages import (
     Payload,
     RolloutBatch,
     decode_payload,
-    encode_payload,
-    payload_parts,
 )
 from swarm.transport import (
     ForwardGate,
@@ -120,13 +123,6 @@ logger = logging.getLogger(__name__)
 
 WIRE_MARGIN = 1024
 """Slack over the transport's `max_message_bytes` tolerated on receive."""
-CHUNK_SLACK = 32
-"""Bytes added to the measured chunk-envelope overhead (msgpack headers grow with data)."""
-MIN_CHUNK_DATA = 64
-"""A transport whose messages cannot carry this much chunk data is refused."""
-MAX_SEQ = 2**63 - 1
-PUBLISH_LOG_EVERY_S = 60.0
-"""A repeated publish failure of the same cause is logged at most this often."""
 _MAX_IGNORED_FORWARDERS = 4096
 """Ignored peers the transport's thread is told of (the newest ignore periods kept)."""
 MAX_PAYLOAD_STR_BYTES = 4 * MAX_TEXT_CHARS
@@ -203,7 +199,6 @@ class Gossip:
         seq = time.time_ns() // 1000 if initial_seq is None else initial_seq
         if not 0 <= seq <= MAX_SEQ:
             raise ValueError("initial_seq must be in [0, 2**63)")
-        self._next_seq = seq
         self._seen = SeenCache(config.seen_cache_size)
         self.scores = PeerScores(config.scoring, clock)
         self._limiter = RateLimiter(config.rate_limit_per_s, config.rate_burst, clock)
@@ -218,18 +213,15 @@ class Gossip:
         self._wire_payload_limits = payload_limits(wire_max)
         self._inner_limits = envelope_limits(config.max_envelope_bytes)
         self._inner_payload_limits = payload_limits(config.max_envelope_bytes)
-        self.chunk_data_bytes = transport.max_message_bytes - self._chunk_overhead()
+        self._publisher = Publisher(
+            transport, identity, swarm_id, config.max_envelope_bytes, self.counters, clock, seq
+        )
+        self.chunk_data_bytes = self._publisher.chunk_data_bytes
         """Data bytes per chunk, so that each chunk envelope fits the transport."""
-        if self.chunk_data_bytes < MIN_CHUNK_DATA:
-            raise ValueError(
-                f"transport max_message_bytes {transport.max_message_bytes} leaves no room "
-                "for chunk data"
-            )
         self._topics: set[str] = set()
         self._ignored_until: dict[str, float] = {}
         """Ignored peers and when their period ends, for the transport's thread."""
         self._started = False
-        self._publish_logged: dict[str, float] = {}
 
     # lifecycle -----------------------------------------------------------------------
 
@@ -307,82 +299,10 @@ class Gossip:
 
     async def publish(self, topic: str, message: Payload, policy_version: int) -> int:
         """Sign and send `message` (chunked if too large); return the wire bytes sent
-        (0 if the transport failed: counted and logged, never raised)."""
+        (0 if the transport failed: counted and logged, never raised). `gossip.publisher`."""
         if not self._started:
             raise RuntimeError("gossip is not started")
-        if isinstance(message, Chunk):
-            raise ValueError("chunks are made by the gossip layer, not published directly")
-        version = policy_version
-        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_SEQ:
-            raise ValueError("policy_version must be an int in [0, 2**63)")
-        data, digest = self._seal_parts(message.KIND, version, payload_parts(message))
-        if len(data) > self.config.max_envelope_bytes:
-            raise ValueError(
-                f"{message.KIND} envelope of {len(data)} bytes > max_envelope_bytes "
-                f"{self.config.max_envelope_bytes}; peers would refuse it"
-            )
-        if len(data) <= self.transport.max_message_bytes:
-            wires = [data]
-        else:
-            wires = [
-                self._seal_parts(Chunk.KIND, version, chunk.payload_parts())[0]
-                for chunk in split(data, self.chunk_data_bytes, digest, views=True)
-            ]
-        sent = 0
-        for wire in wires:
-            try:
-                await self.transport.publish(topic, wire)
-            except (ConnectionError, OSError, TimeoutError) as exc:
-                self._publish_failed(message.KIND, exc)
-                return 0
-            sent += len(wire)
-            self.counters.bytes_out += len(wire)
-            self.counters.messages_out += 1
-        self.counters.published[message.KIND] += 1
-        return sent
-
-    def _publish_failed(self, kind: str, exc: BaseException) -> None:
-        cause = type(exc).__name__
-        self.counters.publish_failed[cause] += 1
-        now = self.clock.now()
-        last = self._publish_logged.get(cause)
-        if last is None or now - last >= PUBLISH_LOG_EVERY_S:
-            self._publish_logged[cause] = now
-            logger.warning(
-                "gossip: publishing a %s failed (%s: %s); dropped, %d %s failure(s) so far; "
-                "the node goes on and publishes again next round",
-                kind, cause, exc, self.counters.publish_failed[cause], cause,
-            )
-
-    def _take_seq(self) -> int:
-        seq = self._next_seq
-        if seq > MAX_SEQ:
-            raise RuntimeError("sequence numbers exhausted")
-        self._next_seq += 1
-        return seq
-
-    def _seal_parts(
-        self, kind: str, policy_version: int, parts: tuple[bytes | memoryview, ...]
-    ) -> tuple[bytes, bytes]:
-        """(wire bytes, signing digest) of our next envelope of `kind` whose payload is
-        `b"".join(parts)`, the parts copied once (large tensors, chunks' data: views)."""
-        return seal_parts(
-            self.identity,
-            kind=kind,
-            swarm_id=self.swarm_id,
-            seq=self._take_seq(),
-            policy_version=policy_version,
-            payload_parts=parts,
-        )
-
-    def _chunk_overhead(self) -> int:
-        """Exact size of a chunk envelope of this node with empty data, plus slack."""
-        probe = Chunk(b"\0" * 32, MAX_CHUNKS - 1, MAX_CHUNKS, 1 << 34, b"")
-        envelope = Envelope(
-            0, Chunk.KIND, self.swarm_id, self.peer_id, MAX_SEQ, MAX_SEQ,
-            encode_payload(probe), b"\0" * 64,
-        )
-        return len(envelope.encode()) + CHUNK_SLACK
+        return await self._publisher.publish(topic, message, policy_version)
 
     # receiving -----------------------------------------------------------------------
 
@@ -540,9 +460,7 @@ class Gossip:
     def continue_after(self, seq: int) -> None:
         """Send only seqs above `seq` from now on (our own seqs reserved by a checkpoint:
         `node.resume`). A no-op when the next seq is already above it."""
-        if not 0 <= seq < MAX_SEQ:
-            raise ValueError(f"seq {seq} out of range")
-        self._next_seq = max(self._next_seq, seq + 1)
+        self._publisher.continue_after(seq)
 
     def remember_seqs(self, highest: dict[str, int]) -> None:
         """Refuse as duplicates every seq at or below each sender's `highest` (restored
@@ -556,7 +474,7 @@ class Gossip:
 
     @property
     def next_seq(self) -> int:
-        return self._next_seq
+        return self._publisher.next_seq
 
     def snapshot(self) -> dict[str, Any]:
         """Counters plus bounded-state sizes, JSON-ready for the metrics line."""

@@ -12,7 +12,8 @@ Invariants:
   `strict_signing=True`, so every delivered message carries a signature by its origin
   and `TransportMessage.via` is that libp2p-authenticated origin peer id (base58, the
   same format as `swarm.identity.Identity.peer_id`).
-- The libp2p host key is the node's `Identity` (same Ed25519 seed, same peer id).
+- The libp2p host key is the node's `Identity` (same Ed25519 seed, same peer id); the host
+  and its GossipSub routers are built by `gossip.libp2p_host`.
 - The pubsub and gossipsub services start before `host.run` (the other order crashes
   on the first dial).
 - Nothing is dropped silently by library defaults: the spam-protection rate limit is
@@ -104,21 +105,15 @@ from typing import Any, TypeVar
 
 import multiaddr
 import trio
-from libp2p import new_host
 from libp2p.abc import IHost
-from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
-from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12
-from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
-from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from gossip.inbox import Inbox
-from gossip.libp2p_dialer import Redialer, disable_auto_connector, quiet_dial_failures
-from gossip.libp2p_inbound import InboundHandler, InboundSlots, install_inbound_slots
+from gossip.libp2p_dialer import Redialer
+from gossip.libp2p_host import new_routers, new_swarm_host
+from gossip.libp2p_inbound import InboundHandler
 from gossip.libp2p_listen import announced_addrs, refuse_unusable_listen
 from gossip.libp2p_patches import (
     BoundedPriorityQueue,
@@ -127,10 +122,8 @@ from gossip.libp2p_patches import (
     SwarmPubsub,
     refused_rpcs,
 )
-from gossip.libp2p_records import cache_sender_records, keep_rpcs_with_older_records
-from gossip.libp2p_selfcheck import check_libp2p_internals
 from gossip.nat import NatTraversal, peer_links
-from gossip.peer_exchange import PeerExchange, connection_limits
+from gossip.peer_exchange import PeerExchange
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
 from swarm.transport import ForwardGate, TransportMessage
@@ -142,12 +135,7 @@ log = logging.getLogger(__name__)
 RPC_OVERHEAD_BYTES = 8 * 1024
 """Room kept inside `config.max_message_bytes` for the RPC framing around a payload
 (protobuf fields, topic, from, seqno, 64-byte signature, public key, sender record)."""
-_INBOUND_SLACK_BYTES = 64 * 1024
-"""Accepted on top of `config.max_message_bytes` from peers whose framing differs."""
 _MIN_OUTBOUND_BYTES = 64 * (1 << 20)
-_SPAM_LIMIT_PER_S = 100_000.0
-"""GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
-bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
 _CLOSE_TIMEOUT_S = 5.0
 
 
@@ -443,54 +431,17 @@ class Libp2pTransport:
     async def _trio_main(self, started: concurrent.futures.Future[None]) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop_event = trio.Event()
-        key_pair = create_new_key_pair(self.identity.seed)
-        noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
         listen = multiaddr.Multiaddr(self.config.listen)
-        host = new_host(
-            key_pair=key_pair,
-            sec_opt={TProtocol(NOISE_PROTOCOL_ID): noise},
-            listen_addrs=[listen],
-            enable_mDNS=self.config.mdns,
-            connection_config=connection_limits(self.config),
-        )
-        if host.get_id().to_base58() != self.peer_id:
-            raise RuntimeError("libp2p host id differs from the node identity")
-        # Every library internal patched below, checked before any is (fails loudly,
-        # naming the installed libp2p and its pin: gossip.libp2p_selfcheck).
-        check_libp2p_internals(host, nat=self.config.nat_traversal)
-        disable_auto_connector(host.get_network())  # before host.run starts it
-        self._inbound = install_inbound_slots(  # before host.run listens
-            host.get_network(),
-            InboundSlots(
-                self.config.max_peers,
-                per_ip=self.config.max_inbound_per_ip,
-                per_subnet=self.config.max_inbound_per_subnet,
-            ),
-        )
-        quiet_dial_failures()
-        cache_sender_records()
-        keep_rpcs_with_older_records()
+        # Internals checked, then patched, before host.run (gossip.libp2p_host).
+        host, self._inbound = new_swarm_host(self.config, self.identity, listen)
         self._exchange.install(host)
-        degree = self.config.degree
-        gossipsub = SwarmGossipSub(
-            protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
-            degree=degree,
-            degree_low=max(1, degree - 2),
-            degree_high=2 * degree,
-            heartbeat_interval=self.config.heartbeat_interval_s,  # type: ignore[arg-type]
-            adaptive_gossip_enabled=False,
-            max_messages_per_topic_per_second=_SPAM_LIMIT_PER_S,
-            mcache_max_bytes=self.config.max_queued_bytes,
-            refusals=self.refusals,
-        )
-        pubsub = SwarmPubsub(
+        pubsub, gossipsub = new_routers(
             host,
-            gossipsub,
-            sink=self._on_message,
-            max_inbound_rpc_size=self.config.max_message_bytes + _INBOUND_SLACK_BYTES,
-            max_rpc_bytes=self._max_rpc_bytes,
-            max_queued_bytes=self._max_outbound_bytes,
+            self.config,
             refusals=self.refusals,
+            sink=self._on_message,
+            max_rpc_bytes=self._max_rpc_bytes,
+            max_outbound_bytes=self._max_outbound_bytes,
         )
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
         pubsub.forward_gate = self._forward_gate

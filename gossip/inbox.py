@@ -30,7 +30,8 @@ Invariants:
   still held, then raises `ConnectionError`; offers after `close` are refused (`closed`).
 - Thread-safety: `offer`, `close` and the counters may be used from any thread; `get`
   only on the loop `bind` was given. One lock guards the state; the loop is woken with
-  `call_soon_threadsafe` from other threads.
+  `call_soon_threadsafe` from other threads, only by an offer into an empty inbox (a
+  reader waits only after finding it empty).
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ class Inbox(Generic[T]):
         """Queue `item` unless a bound forbids it; return None, or the drop reason."""
         size = payload_bytes + MESSAGE_OVERHEAD_BYTES
         with self._lock:
+            # The reader waits only once it found the inbox empty: a message joining
+            # others needs no wake-up (one per message cost the transport's thread more
+            # than the rest of its work under load; `gossip.loop_mailbox`).
+            was_empty = not self._entries
             reason = self._make_room(size, origin)
             if reason is not None:
                 self.dropped[reason] += 1
@@ -126,7 +131,8 @@ class Inbox(Generic[T]):
             self.queued_bytes += size
             self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
             self.admitted += 1
-        self._wake()
+        if was_empty:
+            self._wake()
         return None
 
     def close(self) -> None:

@@ -88,6 +88,7 @@ from typing import Any
 from gossip.chunking import Reassembler, sha256
 from gossip.counters import GossipCounters
 from gossip.forward_checks import EnvelopeChecks
+from gossip.loop_mailbox import LoopMailbox
 from gossip.publisher import CHUNK_SLACK as CHUNK_SLACK  # re-exported, as are the next two
 from gossip.publisher import MAX_SEQ, Publisher
 from gossip.publisher import MIN_CHUNK_DATA as MIN_CHUNK_DATA
@@ -246,11 +247,13 @@ class Gossip:
         """The checks a relaying transport runs before forwarding (module docstring);
         refusals come back to `loop`'s thread to be counted and scored."""
 
+        mailbox = LoopMailbox(loop)  # one loop wake-up per batch, not per refusal
+
         def refused(forwarder: str, reason: str) -> None:
-            loop.call_soon_threadsafe(self._forward_refused, forwarder, reason)
+            mailbox.post(self._forward_refused, forwarder, reason)
 
         def blame(peer: str, reason: str) -> None:
-            loop.call_soon_threadsafe(self._transport_refused, peer, reason)
+            mailbox.post(self._transport_refused, peer, reason)
 
         checks = EnvelopeChecks(self.swarm_id, self._wire_limits, self.config.max_envelope_bytes)
         return ForwardGate(checks.refusal, refused, self._forwarder_ignored, blame)

@@ -41,6 +41,8 @@ from libp2p.pubsub import pubsub as _pubsub_module
 from libp2p.pubsub import utils as _pubsub_utils
 from libp2p.pubsub.pb import rpc_pb2
 
+from swarm.bounded import BoundedDict
+
 log = logging.getLogger("gossip.libp2p")
 
 SENDER_RECORD_TTL_S = 1.0
@@ -108,6 +110,14 @@ def cache_sender_records() -> None:
 _RECORD_CONSUMERS = (_pubsub_module, _gossipsub_module, _floodsub_module)
 older_records_kept = 0
 """RPCs processed although their sender record was older than the stored one."""
+RECONSUME_EVERY_S = 60.0
+"""A record a peer sends again byte for byte is taken without checking its signature
+again, for this long after it was last checked (and stored). Checked per RPC, its Ed25519
+verification was the most costly step of reading a peer's RPCs after the loop wake-ups."""
+_ACCEPTED_MAX = 4096
+_accepted: weakref.WeakKeyDictionary[IHost, BoundedDict[ID, tuple[bytes, float]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def consume_sender_record(msg: rpc_pb2.RPC, host: IHost, peer_id: ID) -> bool:
@@ -115,9 +125,24 @@ def consume_sender_record(msg: rpc_pb2.RPC, host: IHost, peer_id: ID) -> bool:
     is stored, or with an authentic record of this peer older than the stored one (a
     restart with the clock behind; the stored record stays). No for a record that does
     not parse, is not signed by its peer or is another peer's."""
-    global older_records_kept
     if not msg.HasField("senderRecord"):
         return True
+    accepted = _accepted.get(host)
+    if accepted is None:
+        accepted = _accepted[host] = BoundedDict(_ACCEPTED_MAX)
+    now = _clock()
+    held = accepted.get(peer_id)
+    if held is not None and held[0] == msg.senderRecord and now < held[1]:
+        return True
+    if _record_accepted(msg, host, peer_id):
+        accepted[peer_id] = (msg.senderRecord, now + RECONSUME_EVERY_S)
+        return True
+    return False
+
+
+def _record_accepted(msg: rpc_pb2.RPC, host: IHost, peer_id: ID) -> bool:
+    """`consume_sender_record`'s verdict on a record it has not accepted lately."""
+    global older_records_kept
     try:
         envelope, record = consume_envelope(msg.senderRecord, "libp2p-peer-record")
     except Exception as exc:  # noqa: BLE001 - the library raises many kinds for bad bytes

@@ -197,6 +197,8 @@ def check_nat(r: Reaches, host: IHost | None) -> None:
         r.attr(dcutr, "_in_progress", _NAT, kind=set)
         r.attr(dcutr, "_direct_connections", _NAT, kind=set)
     r.attr(CircuitV2Protocol, "_handle_connect", _NAT, params=("stream", "msg"))
+    r.attr(CircuitV2Protocol, "_read_stream_with_retry", _NAT, params=("stream", "max_retries"))
+    r.calls(CircuitV2Protocol, "_relay_data", ("_read_stream_with_retry",), _NAT)
     r.calls(CircuitV2Protocol, "_handle_hop_stream", ("_handle_connect",), _NAT)
     r.attr(CircuitV2Protocol, "_send_status", _NAT, params=("stream", "code", "message"))
     r.calls(CircuitV2Protocol, "_handle_reserve", ("resource_manager", "can_accept_reservation"),

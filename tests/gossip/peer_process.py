@@ -4,7 +4,7 @@
         [--listen MULTIADDR] [--bootstrap MULTIADDR ...] [--mqtt-host H --mqtt-port P]
         [--seed HEX] [--count N --size BYTES --wait-mesh K] [--expect N] [--raw] [--light]
         [--no-peer-exchange] [--target-peers N] [--exchange-interval S]
-        [--peer-book PATH] [--hostile-exchange oversize|garbage]
+        [--peer-book PATH] [--hostile-exchange oversize|garbage] [--topic deltas|rollouts]
 
 It starts a transport and, unless `--raw`, the gossip layer on top (signed envelopes,
 chunking above the transport's message size), subscribes to one topic, and speaks JSON
@@ -19,12 +19,12 @@ lines on stdout:
     {"event": "arrived", "first": i, "last": j, "t": t}  after `expect` (below)
     {"event": "peers", "connected": [...]} / {"event": "stats", ...} / {"event": "done"}
 
-Commands on stdin, one per line: `send COUNT SIZE [START]`, `forge COUNT SIZE` (raw
-mode: COUNT envelopes whose signature is random bytes, as fast as the transport takes
-them; answers `forged`), `expect FIRST LAST`, `peers`, `stats`, `quit`. EOF on stdin
-ends the process (so an orphan never outlives its test). `expect FIRST LAST` emits one
-`arrived` event, with the wall time of the last arrival, once every index in
-[FIRST, LAST) was received (at once if they already were).
+Commands on stdin, one per line: `send COUNT SIZE [START]`, `forge COUNT SIZE [PER_S]`
+(raw mode: COUNT envelopes whose signature is random bytes, as fast as the transport
+takes them or at PER_S a second; answers `forged`), `expect FIRST LAST`, `peers`,
+`stats`, `quit`. EOF on stdin ends the process (so an orphan never outlives its test).
+`expect FIRST LAST` emits one `arrived` event, with the wall time of the last arrival,
+once every index in [FIRST, LAST) was received (at once if they already were).
 
 `--light` (benchmarks): one random payload per burst, and no per-message `sent`/`recv`
 lines (a JSON line per message, parsed by the driver, costs about what a bare MQTT
@@ -36,9 +36,10 @@ are in its mesh; `recv` exits after `--expect` messages (0: never); `relay` only
 Every mode prints what it receives and obeys commands.
 
 Payloads are `DeltaPacket`s of random bytes (index in `base_version`) on the topic
-`swarm/<swarm id>/deltas/test`. In `--raw` mode each is one signed envelope sent
-directly over the transport (at most its `max_message_bytes`); `sender` is the
-envelope's verified signer either way.
+`swarm/<swarm id>/deltas/test`, or with `--topic rollouts` on the swarm's rollouts topic
+(where a node's gossip refuses them as the wrong kind: only `forge` makes sense there).
+In `--raw` mode each is one signed envelope sent directly over the transport (at most
+its `max_message_bytes`); `sender` is the envelope's verified signer either way.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from swarm.config.network import (
 from swarm.envelope import Envelope, decode_envelope, seal
 from swarm.identity import Identity
 from swarm.messages import DeltaPacket, decode_payload, encode_payload
-from swarm.transport import Transport, deltas_topic
+from swarm.transport import Transport, deltas_topic, rollouts_topic
 
 FAMILY = "test"
 
@@ -131,7 +132,11 @@ class Peer:
         self.identity = (
             Identity.from_seed(bytes.fromhex(args.seed)) if args.seed else Identity.generate()
         )
-        self.topic = deltas_topic(args.swarm_id, FAMILY)
+        self.topic = (
+            rollouts_topic(args.swarm_id)
+            if args.topic == "rollouts"
+            else deltas_topic(args.swarm_id, FAMILY)
+        )
         self.transport = self._make_transport()
         self.gossip: Gossip | None = None
         if not args.raw:
@@ -227,10 +232,13 @@ class Peer:
                     emit("sent", index=i, sha256=hashlib.sha256(tensors).hexdigest(), size=size)
             emit("burst", count=count, size=size, seconds=time.perf_counter() - t0)
 
-    async def forge(self, count: int, size: int) -> None:
-        """Publish `count` envelopes of ours with a random signature (raw mode)."""
+    async def forge(self, count: int, size: int, per_s: float = 0.0) -> None:
+        """Publish `count` envelopes of ours with a random signature (raw mode), as fast
+        as the transport takes them or, with `per_s`, at that rate."""
         t0 = time.perf_counter()
         for i in range(count):
+            if per_s > 0:
+                await asyncio.sleep(max(0.0, t0 + i / per_s - time.perf_counter()))
             envelope = self._sealed(DeltaPacket(FAMILY, 10**9 + i, "raw", os.urandom(size)), i)
             forged = dataclasses.replace(envelope, signature=os.urandom(64))
             await self.transport.publish(self.topic, forged.encode())
@@ -255,6 +263,9 @@ class Peer:
                 topic, sender, via, packet = got.topic, got.envelope.sender, None, got.message
             else:
                 message = await self.transport.receive()
+                if self.args.topic == "rollouts":
+                    self.received += 1  # a node's rollouts: counted, not read
+                    continue
                 envelope = decode_envelope(message.data, envelope_limits(limit), self.args.swarm_id)
                 if message.via is not None and message.via != envelope.sender:
                     raise RuntimeError(f"via {message.via} != signer {envelope.sender}")
@@ -315,7 +326,8 @@ class Peer:
                 start = int(words[3]) if len(words) > 3 else 0
                 await self.send(count, size, start)
             elif words[0] == "forge":
-                await self.forge(int(words[1]), int(words[2]))
+                per_s = float(words[3]) if len(words) > 3 else 0.0
+                await self.forge(int(words[1]), int(words[2]), per_s)
             elif words[0] == "expect":
                 self.expect(int(words[1]), int(words[2]))
             elif words[0] == "peers":
@@ -356,6 +368,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--exchange-interval", type=float, default=10.0)
     p.add_argument("--peer-book", default="", help="libp2p: peer book file (default: none)")
     p.add_argument("--hostile-exchange", choices=("oversize", "garbage"), default="")
+    p.add_argument("--topic", choices=("deltas", "rollouts"), default="deltas")
     p.add_argument(
         "--max-message-bytes",
         type=int,

@@ -458,3 +458,54 @@ def test_library_error_lines_we_count_are_quieted_and_others_kept(
         host_log.error("something else broke")
     assert [r.getMessage() for r in caplog.records] == ["something else broke"]
     assert sum(type(f).__name__ == "_DialFailureFilter" for f in host_log.filters) == 1
+
+
+def test_a_sender_record_sent_again_is_checked_once_per_reconsume_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every RPC carries its sender's signed peer record; verifying it each time was the
+    costliest step of reading RPCs. The same bytes from the same peer are taken without a
+    second check until `RECONSUME_EVERY_S` passes; other bytes, another peer or a record
+    that was refused are checked every time."""
+    import weakref
+
+    from libp2p.peer.id import ID
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from gossip import libp2p_records as mod
+
+    checked: list[tuple[bytes, str]] = []
+    refuse = {b"forged"}
+
+    def check(msg: rpc_pb2.RPC, host: object, peer: ID) -> bool:
+        checked.append((msg.senderRecord, peer.to_base58()))
+        return msg.senderRecord not in refuse
+
+    now = [100.0]
+    monkeypatch.setattr(mod, "_record_accepted", check)
+    monkeypatch.setattr(mod, "_clock", lambda: now[0])
+    monkeypatch.setattr(mod, "_accepted", weakref.WeakKeyDictionary())
+
+    class Host:
+        pass
+
+    host = Host()
+    p, q = ID(b"\x00\x01p"), ID(b"\x00\x01q")
+
+    def rpc(record: bytes | None) -> rpc_pb2.RPC:
+        return rpc_pb2.RPC(senderRecord=record) if record is not None else rpc_pb2.RPC()
+
+    assert mod.consume_sender_record(rpc(None), host, p)  # no record: nothing to check
+    assert mod.consume_sender_record(rpc(b"r1"), host, p)
+    assert mod.consume_sender_record(rpc(b"r1"), host, p)  # the same bytes: no check
+    assert mod.consume_sender_record(rpc(b"r1"), host, q)  # another peer: checked
+    assert mod.consume_sender_record(rpc(b"r2"), host, p)  # new bytes: checked
+    assert not mod.consume_sender_record(rpc(b"forged"), host, p)
+    assert not mod.consume_sender_record(rpc(b"forged"), host, p)  # refused: never kept
+    assert mod.consume_sender_record(rpc(b"r2"), host, p)
+    now[0] += mod.RECONSUME_EVERY_S
+    assert mod.consume_sender_record(rpc(b"r2"), host, p)  # checked (and stored) again
+    assert checked == [
+        (b"r1", p.to_base58()), (b"r1", q.to_base58()), (b"r2", p.to_base58()),
+        (b"forged", p.to_base58()), (b"forged", p.to_base58()), (b"r2", p.to_base58()),
+    ]  # fmt: skip

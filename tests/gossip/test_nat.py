@@ -1,6 +1,6 @@
 """Pure parts of `gossip.nat`: reachability verdicts, who dials a circuit, the AutoNAT
-server's dial-back targets and request bookkeeping, relayed-link detection, and the
-config rule."""
+server's dial-back targets and request bookkeeping, relayed-link detection, the
+relay's byte budgets per peer, and the config rule."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from pydantic import ValidationError
 from gossip.nat import (
     PRIVATE,
     PUBLIC,
+    RELAY_PEER_BURST_BYTES,
     UNKNOWN,
+    ByteBudgets,
     _DialBackAutoNAT,
+    _SwarmCircuitRelay,
     dials_circuit,
     is_relayed,
     observed_ip,
@@ -140,3 +143,57 @@ def test_a_failed_autonat_request_is_counted_and_ours_are_warned_about(
             autonat._request_failed(AttributeError("no attribute '_handle_request'"))
         assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.DEBUG]
     assert counts["autonat_requests_failed"] == 3
+
+
+def test_a_byte_budget_starts_full_refuses_what_it_lacks_and_refills_at_its_rate() -> None:
+    budgets = ByteBudgets(per_s=100.0, burst=1000.0, max_peers=2)
+    assert budgets.take("p", 600, now=0.0)
+    assert not budgets.take("p", 600, now=0.0)  # 400 left: refused, nothing charged
+    assert budgets.take("p", 400, now=0.0)
+    assert not budgets.take("p", 1, now=0.0)
+    assert budgets.take("q", 1000, now=0.0)  # each peer its own
+    assert budgets.take("p", 500, now=5.0)  # refilled at 100/s
+    assert not budgets.take("p", 1, now=5.0)
+    assert budgets.take("p", 1000, now=1000.0)  # never past the burst
+    assert not budgets.take("p", 1, now=1000.0)
+
+
+def test_a_circuit_whose_source_is_over_its_budget_is_reset_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The relay's data loop reads through `_read_stream_with_retry`; what a peer pushes
+    is charged to it across circuits, and past its budget its circuit ends."""
+    import trio
+    from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+
+    chunk = 1 << 20
+
+    async def library_read(self: Any, stream: Any, *args: Any) -> bytes:
+        return b"x" * chunk
+
+    monkeypatch.setattr(CircuitV2Protocol, "_read_stream_with_retry", library_read)
+    counts = {"relay_refused_stranger": 0, "relay_budget_exceeded": 0}
+    relay = _SwarmCircuitRelay(new_host(), allow_hop=True, member=lambda _: True, counts=counts)
+    source = _id()
+
+    @dataclass
+    class Stream:
+        muxed_conn: Any = field(default_factory=lambda: SimpleNamespace(peer_id=source))
+        resets: int = 0
+
+        async def reset(self) -> None:
+            self.resets += 1
+
+    async def read_until_refused() -> tuple[int, list[Stream]]:
+        streams = [Stream(), Stream()]  # two circuits of the same source share its budget
+        pushed = 0
+        for i in range(10_000):
+            if await relay._read_stream_with_retry(streams[i % 2]) is None:
+                return pushed, streams
+            pushed += chunk
+        raise AssertionError("never refused")
+
+    pushed, streams = trio.run(read_until_refused)
+    assert pushed == RELAY_PEER_BURST_BYTES  # the refill over the test's time is < 1 chunk
+    assert counts["relay_budget_exceeded"] == 1
+    assert sum(s.resets for s in streams) == 1

@@ -11,7 +11,8 @@ its reason in `counters.dropped`):
 1. `decode_envelope` with wire limits (transport `max_message_bytes` + `WIRE_MARGIN`):
    size, structure, version, kind, signature, then swarm id (`oversize`, `malformed`,
    `bad_version`, `unknown_kind`, `bad_sender`, `bad_signature`, `wrong_swarm`: the
-   last is blamed on the verified signer).
+   last is blamed on the verified signer). The signature is not verified a second time
+   for a message whose transport's forward gate verified it (`signature_checked`).
 2. `sender_mismatch` if the transport authenticated a peer (`via`) other than the signer;
    `ignored_peer` if the (claimed) signer is being ignored, checked before the
    signature so that an ignored peer's flood costs no verification.
@@ -356,7 +357,11 @@ class Gossip:
             self.scores.note_ignored_message(message.via)
             raise WireError("ignored_peer", message.via)
         envelope = decode_envelope(
-            data, self._wire_limits, self.swarm_id, self._refuse_unverified
+            data,
+            self._wire_limits,
+            self.swarm_id,
+            self._refuse_unverified,
+            signature_checked=message.signature_checked,  # by the forward gate, once
         )
         if message.via is not None and message.via != envelope.sender:
             raise WireError(

@@ -424,7 +424,11 @@ class Libp2pTransport:
         via = ID(from_id).to_base58()
         if self._nat is not None:
             self._nat.note_origin(via)
-        inbox.offer(TransportMessage(topic=topic, data=data, via=via), len(data), via)
+        # With a forward gate, pubsub delivers only what its check passed, signature
+        # included (`gossip.libp2p_forward_gate`).
+        checked = self._forward_gate is not None
+        message = TransportMessage(topic=topic, data=data, via=via, signature_checked=checked)
+        inbox.offer(message, len(data), via)
 
     # ---- trio side ------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ Invariants:
   one it refuses is marked seen (other copies are refused without a second check; safe:
   its origin signed this origin and seqno itself), neither forwarded nor delivered,
   counted (`not_forwarded`) and reported to the gate with the forwarder.
+- The envelope's signature the gate verified is not verified again by the gossip layer
+  (the transport marks what it delivers `signature_checked`).
 - Its GossipSub signature is verified here, and a second time by the library when the
   gate passes it (the price of not reaching further into the library's `push_msg`).
 - Marking seen calls the library's private `Pubsub._mark_msg_seen`, checked when the

@@ -225,7 +225,7 @@ class MemoryTransport:
             self.drops["not_subscribed"] += 1
             return None
         self.delivered += 1
-        return MemoryMessage(topic, data, None, source)
+        return MemoryMessage(topic=topic, data=data, via=None, source=source)
 
     def enqueue(self, topic: str, data: bytes, *, source: str) -> bool:
         """Queue one message for `receive` (the delivery policy's end); False if dropped."""
@@ -240,7 +240,7 @@ class MemoryTransport:
             self.drops["queue_full"] += 1
             return False
         try:
-            self._queue.put_nowait(MemoryMessage(topic, data, None, source))
+            self._queue.put_nowait(MemoryMessage(topic=topic, data=data, via=None, source=source))
         except asyncio.QueueFull:
             self.drops["queue_full"] += 1
             return False

@@ -14,15 +14,21 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
 @dataclass(frozen=True)
 class TransportMessage:
+    """One message as a transport delivers it. `via`: the peer the transport
+    authenticated as its origin, if any. `signature_checked`: the transport's
+    `ForwardGate` already verified the envelope signature of exactly these bytes (with
+    the same checks as `gossip.layer`), so the layer does not verify it again."""
+
     topic: str
     data: bytes
     via: str | None = None
+    signature_checked: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -103,12 +103,14 @@ class Collector:
     def __init__(self, transport: Libp2pTransport) -> None:
         self.transport = transport
         self.messages: list[tuple[str, bytes, str | None]] = []
+        self.signature_checked: set[bool] = set()
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         while True:
             message = await self.transport.receive()
             self.messages.append((message.topic, message.data, message.via))
+            self.signature_checked.add(message.signature_checked)
 
     async def close(self) -> None:
         self._task.cancel()
@@ -266,6 +268,10 @@ def test_oversize_rpc_is_discarded_and_the_same_peers_later_messages_arrive() ->
             assert sorted(d for _, d, _ in collector.messages) == sorted(small)
             assert {via for _, _, via in collector.messages} == {sender.peer_id}
             assert back.messages == [(topic, b"reply", receiver.peer_id)]
+            # What a gate passed is marked so (the layer skips a second signature check);
+            # a transport without a gate marks nothing.
+            assert collector.signature_checked == {True}
+            assert back.signature_checked == {False}
             assert receiver.connected_peers() == [sender.peer_id]
             # The stream survived (a reset makes the sender open a new one and send the
             # big message again, counted each time).

@@ -67,6 +67,18 @@ def test_tampered_signature_is_bad_signature() -> None:
     assert reason(dataclasses.replace(envelope, signature=bytes(sig)).encode()) == "bad_signature"
 
 
+def test_a_signature_checked_by_the_transport_is_not_verified_again_and_the_rest_is() -> None:
+    envelope = sealed()
+    sig = bytearray(envelope.signature)
+    sig[0] ^= 1
+    data = dataclasses.replace(envelope, signature=bytes(sig)).encode()
+    decoded = decode_envelope(data, LIMITS, SWARM, signature_checked=True)
+    assert decoded.signing_digest == envelope.signing_digest
+    with pytest.raises(WireError) as info:
+        decode_envelope(data, LIMITS, "another-swarm", signature_checked=True)
+    assert info.value.reason == "wrong_swarm"
+
+
 @pytest.mark.parametrize(
     "change", [{"seq": 8}, {"policy_version": 4}, {"payload": b"\x80"}, {"kind": "rollouts"}]
 )

@@ -449,6 +449,8 @@ class Libp2pTransport:
         )
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
         pubsub.forward_gate = self._forward_gate
+        if self._forward_gate is not None:
+            gossipsub.forward_gate_blame = self._forward_gate.blame
         self._exchange.router = gossipsub  # for its mesh sizes in stats()
         # Order matters: services first, then host.run (see the module docstring).
         async with background_trio_service(pubsub), background_trio_service(gossipsub):

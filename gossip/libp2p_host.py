@@ -13,10 +13,11 @@ Invariants:
   `host.run` could start or listen (re-dials are `gossip.libp2p_dialer`'s).
 - GossipSub offers meshsub 1.2, 1.1, 1.0 (newest first) with exactly the config's degree
   (low `max(1, degree - 2)`, high `2 * degree`) and heartbeat: adaptive gossip is off.
-- Nothing is dropped by library defaults: the per-forwarder spam limit is
-  `_SPAM_LIMIT_PER_S`, the message cache is bounded by `config.max_queued_bytes`,
-  inbound RPCs may reach `config.max_message_bytes + _INBOUND_SLACK_BYTES`, and
-  outbound RPC size and per-peer queued bytes are the caller's bounds.
+- Nothing is dropped by library defaults: the per-forwarder spam limit is ours
+  (`gossip.libp2p_patches.FORWARDER_RATE_PER_S`, counted), the message cache is
+  bounded by `config.max_queued_bytes`, inbound RPCs may reach
+  `config.max_message_bytes + _INBOUND_SLACK_BYTES`, and outbound RPC size and per-peer
+  queued bytes are the caller's bounds.
 - Nothing here starts a service or listens: the caller starts pubsub and gossipsub
   before `host.run` (the other order crashes on the first dial).
 """
@@ -49,8 +50,10 @@ __all__ = ["new_routers", "new_swarm_host"]
 _INBOUND_SLACK_BYTES = 64 * 1024
 """Accepted on top of `config.max_message_bytes` from peers whose framing differs."""
 _SPAM_LIMIT_PER_S = 100_000.0
-"""GossipSub's per-forwarder-per-topic rate limit (library default 10/s silently drops
-bulk traffic); per-sender rate limits live in the gossip layer, which can count them."""
+"""The library's per-forwarder-per-topic limit (its default 10/s silently drops bulk
+traffic). `SwarmGossipSub._check_spam_protection` replaces the check that reads it with a
+counted token bucket; the value stays out of the way should the library read it
+elsewhere."""
 
 
 def new_swarm_host(

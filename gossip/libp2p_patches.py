@@ -28,6 +28,10 @@ What the library does and what replaces it:
   layer's envelope checks), a message new to us is first shown to it
   (`gossip.libp2p_forward_gate`).
 - Equivocation (same origin and seqno, different content): counted (`equivocation`).
+- The per-forwarder rate limit ("spam protection"): the library keeps a list of
+  timestamps per peer and topic and rebuilds it on every message. `SwarmGossipSub` keeps
+  a token bucket instead (`FORWARDER_RATE_PER_S`, `FORWARDER_BURST`); a refusal is
+  counted (`forwarder_rate_limited`) and blamed on the forwarder (`rate_limited`).
 - Seqnos: the library numbers a host's messages on from the wall clock in *seconds*, one
   per message, and peers drop as already seen, silently, any (origin, seqno) seen in the
   last 120 s (and our equivocation check refuses one seen with other content). A node
@@ -68,6 +72,7 @@ from libp2p.utils.varint import decode_uvarint
 from gossip.libp2p_forward_gate import refused_by_gate
 from gossip.libp2p_mesh import DeliveryRankedPruning
 from gossip.libp2p_selfcheck import check_instance, reaches
+from swarm.bounded import BoundedDict
 from swarm.transport import ForwardGate
 
 log = logging.getLogger("gossip.libp2p")
@@ -95,8 +100,16 @@ INCOMING_REASONS = (
     "equivocation",
     "not_forwarded",
     "ignored_forwarder",
+    "forwarder_rate_limited",
 )
 """Reasons for refusing what a peer sent (`Refusals.counts`)."""
+FORWARDER_RATE_PER_S = 2000.0
+FORWARDER_BURST = 10_000.0
+"""Messages a connected peer may hand us per topic: a burst of 10,000, then 2,000 a
+second, whoever signed them (per-sender limits live in the gossip layer). The library's
+own limit kept a list of timestamps per peer and topic, rebuilt on every message (its
+cost grows with the rate allowed); this is a token bucket."""
+_FORWARDER_BUCKETS = 4096
 OUTGOING_REASONS = ("skipped_slow_peer",)
 """Reasons for not sending our own message to a peer."""
 
@@ -452,8 +465,8 @@ class BoundedMessageCache(MessageCache):
 
 
 class SwarmGossipSub(DeliveryRankedPruning, GossipSub):
-    """GossipSub with bounded equivocation memory and message cache, and no rate limit
-    on own publishes."""
+    """GossipSub with bounded equivocation memory and message cache, and a counted
+    token-bucket rate limit per forwarder and topic (none on own publishes)."""
 
     def __init__(
         self,
@@ -479,6 +492,12 @@ class SwarmGossipSub(DeliveryRankedPruning, GossipSub):
             self.mcache.window_size, self.mcache.history_size, mcache_max_bytes
         )
         self._digests: OrderedDict[bytes, bytes] = OrderedDict()
+        self._forwarder_buckets: BoundedDict[tuple[ID, str], tuple[float, float]] = (
+            BoundedDict(_FORWARDER_BUCKETS)
+        )
+        self.forward_gate_blame: Callable[[str, str], None] | None = None
+        """Reports a refusal against the peer that handed the message over (set by the
+        transport with its forward gate)."""
 
     @property
     def mcache_bytes(self) -> int:
@@ -486,9 +505,24 @@ class SwarmGossipSub(DeliveryRankedPruning, GossipSub):
         return cache.bytes if isinstance(cache, BoundedMessageCache) else 0
 
     def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
+        """`FORWARDER_RATE_PER_S` per connected peer and topic (our own publishes are not
+        limited); a refusal is counted and blamed on that peer."""
         if self.pubsub is not None and peer_id == self.pubsub.my_id:
             return True
-        return super()._check_spam_protection(peer_id, msg)
+        now = time.monotonic()
+        for topic in msg.topicIDs:
+            key = (peer_id, topic)
+            tokens, last = self._forwarder_buckets.get(key, (FORWARDER_BURST, now))
+            tokens = min(FORWARDER_BURST, tokens + max(0.0, now - last) * FORWARDER_RATE_PER_S)
+            if tokens < 1.0:
+                self._forwarder_buckets[key] = (tokens, now)
+                peer = peer_id.to_base58()
+                self.refusals.add("forwarder_rate_limited", peer, f"over the rate on {topic}")
+                if self.forward_gate_blame is not None:
+                    self.forward_gate_blame(peer, "rate_limited")
+                return False
+            self._forwarder_buckets[key] = (tokens - 1.0, now)
+        return True
 
     def _check_equivocation(self, msg: rpc_pb2.Message) -> bool:
         key = msg.from_id + msg.seqno

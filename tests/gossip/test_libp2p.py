@@ -509,3 +509,36 @@ def test_a_sender_record_sent_again_is_checked_once_per_reconsume_period(
         (b"r1", p.to_base58()), (b"r1", q.to_base58()), (b"r2", p.to_base58()),
         (b"forged", p.to_base58()), (b"forged", p.to_base58()), (b"r2", p.to_base58()),
     ]  # fmt: skip
+
+
+def test_a_forwarder_over_its_rate_is_refused_counted_and_blamed_and_we_are_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GossipSub's per-forwarder limit is a token bucket per (peer, topic): a burst, then
+    the sustained rate; refusals are counted and blamed; each topic has its own bucket."""
+    from libp2p.peer.id import ID
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from gossip import libp2p_patches as mod
+
+    monkeypatch.setattr(mod, "FORWARDER_BURST", 5.0)
+    monkeypatch.setattr(mod, "FORWARDER_RATE_PER_S", 10.0)
+    now = [1000.0]
+    monkeypatch.setattr(mod.time, "monotonic", lambda: now[0])
+    router = mod.SwarmGossipSub(protocols=[PROTOCOL_ID_V11], degree=6, degree_low=4, degree_high=12)
+    blamed: list[tuple[str, str]] = []
+    router.forward_gate_blame = lambda peer, reason: blamed.append((peer, reason))
+    peer = ID(b"\x00\x01p")
+
+    def message(topic: str) -> rpc_pb2.Message:
+        return rpc_pb2.Message(data=b"x", topicIDs=[topic])
+
+    burst = [router._check_spam_protection(peer, message("t")) for _ in range(6)]
+    assert burst == [True] * 5 + [False]
+    assert router._check_spam_protection(peer, message("u"))  # another topic, its own bucket
+    now[0] += 0.1  # one token back at 10/s
+    assert router._check_spam_protection(peer, message("t"))
+    assert not router._check_spam_protection(peer, message("t"))
+    assert router.refusals.counts["forwarder_rate_limited"] == 2
+    assert blamed == [(peer.to_base58(), "rate_limited")] * 2

@@ -365,6 +365,7 @@ def test_unsigned_and_badly_signed_messages_are_counted_and_not_delivered() -> N
                 "equivocation": 0,
                 "not_forwarded": 0,  # no gossip layer here, so no forward gate
                 "ignored_forwarder": 0,
+                "forwarder_rate_limited": 0,
             }
             assert [d for _, d, _ in collector.messages] == [
                 b"control, well signed",

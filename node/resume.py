@@ -23,13 +23,23 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from node import checkpoints
 from swarm.errors import ConfigError
 
-if TYPE_CHECKING:
-    from node.runner import Node
+
+class Resumable(Protocol):
+    """What a checkpoint saves of a node and restores (`node.runner.Node` is one)."""
+
+    rounds_done: int
+    data_dir: Path
+    learner: Any
+    gossip: Any
+    pool: Any
+    tasks: Any
+    own_samples: Any
+    sender_versions: Any
 
 log = logging.getLogger("swarm.node")
 
@@ -39,7 +49,7 @@ two checkpoints, and a hundred seconds' worth of the wall clock's microseconds (
 far below 2**53, which JSON peers read exactly, after a million resumes)."""
 
 
-def node_state(node: Node) -> dict[str, Any]:
+def node_state(node: Resumable) -> dict[str, Any]:
     return {
         "rounds_done": node.rounds_done,
         "tasks": node.own_samples.tasks_state(),
@@ -52,7 +62,7 @@ def node_state(node: Node) -> dict[str, Any]:
     }
 
 
-def resume(node: Node) -> Path | None:
+def resume(node: Resumable) -> Path | None:
     """Load the newest checkpoint that loads cleanly, if any; return its directory."""
     for directory in checkpoints.valid_newest_first(node.data_dir):
         state = checkpoints.read_node_state(directory)

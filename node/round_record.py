@@ -7,17 +7,32 @@ or waits (it runs on the event loop between two rounds).
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sized
+from typing import Any, Protocol
 
 from node.learner import ExternalGroup
 from node.metrics import histogram, mean_by_key, mean_or_none
 
-if TYPE_CHECKING:
-    from node.runner import Node
+
+class RoundSource(Protocol):
+    """What a round's record reads off the node (`node.runner.Node` is one)."""
+
+    rounds_done: int
+    first_external_round: int | None
+    gossip: Any
+    learner: Any
+    clock: Any
+    pool: Sized
+    peers: Sized
+    drops: Counter[str]
+    rescorer: Any
+
+    @property
+    def checkpoint_errors(self) -> int: ...
 
 
 def round_record(
-    node: Node,
+    node: RoundSource,
     *,
     sampled: Any,
     sampled_version: int,

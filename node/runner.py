@@ -404,7 +404,8 @@ class Node:
             await self.gossip.publish(self._rollouts_topic, RolloutBatch(batch), version)
 
     async def run_round(self) -> dict[str, Any]:
-        sapo = self.config.sapo
+        """One SAPO round: sample (or take what was sampled ahead), choose peers' groups,
+        train on both while publishing ours, share deltas, checkpoint, record."""
         start = self.timer()
         evaluation = await self._maybe_evaluate()
         eval_s = self.timer() - start
@@ -414,29 +415,82 @@ class Node:
             if sampled.policy_version is not None
             else self.learner.policy_version
         )
+        local = training_batch(sampled.groups, self.config.sapo.local_groups)  # S > I
+        chosen = self._choose_external(local)
+        done = await self._train_publish_and_share(sampled.groups, sampled_version, local, chosen)
+        self._note_first_external(chosen.external)
+        self.rounds_done += 1
+        checkpoint_start = self.timer()
+        if self.rounds_done % self.config.node.checkpoint_every == 0:
+            await self.checkpoint(background=self.config.node.background_checkpoints)
+        checkpoint_s = self.timer() - checkpoint_start
+        seconds = round_seconds(
+            self.timer() - start,
+            critical={
+                # Sampled ahead (prefetch, overlap): only the wait is this round's.
+                "sample_wait": sample_wait_s,
+                "train": done.trained.train_s,
+                "publish": done.publish_s,
+                "checkpoint": checkpoint_s,
+                "deltas": done.deltas_s,
+                "eval": eval_s,
+            },
+            compute={"sample": sampled.sample_s, "score": sampled.score_s},
+        )
+        record = round_record(
+            self,
+            sampled=sampled,
+            sampled_version=sampled_version,
+            external=chosen.external,
+            ages=chosen.ages,
+            lags=chosen.lags,
+            trained=done.trained,
+            deltas=done.deltas_record,
+            evaluation=evaluation,
+            seconds=seconds,
+            admission_queue=self._admissions.qsize() if self._admissions is not None else 0,
+            transport=self._transport_stats(),
+            metrics_dropped=self._outputs.metrics_dropped if self._outputs is not None else 0,
+        )
+        self._emit_round(record, sampled.groups)
+        return record
+
+    def _choose_external(self, local: Sequence[LocalGroup]) -> _Chosen:
+        """This round's J peers' groups (none with J = 0), with their ages and version
+        lags at selection (the round's training lets senders move on meanwhile)."""
+        own_round = self.rounds_done
+        chosen = self.pool.select(
+            self.config.sapo.external_groups,
+            own_round,
+            self.intake.sender_version,
+            self.clock.now(),
+            [g.prompt for g in local],
+        )
+        return _Chosen(
+            [ExternalGroup.of(e.sender, e.group, e.rewards) for e in chosen],
+            self.pool.ages_of(chosen, own_round),
+            self.pool.lags_of(chosen, self.intake.sender_version),
+        )
+
+    async def _train_publish_and_share(
+        self,
+        groups: Sequence[LocalGroup],
+        sampled_version: int,
+        local: Sequence[LocalGroup],
+        chosen: _Chosen,
+    ) -> _Trained:
+        """Train on `local` + the chosen groups; meanwhile publish our `groups` and start
+        sampling the next round as early as its policy allows; then share deltas."""
+        more = self.last_round is None or self.rounds_done + 1 < self.last_round
+        next_round = self.rounds_done + 1
+        if more and not self.stop_requested.is_set():
+            self.own_samples.sample_ahead(next_round)  # with sampler.overlap
+        # Prefetch (below) not before a held-out evaluation, which would wait for it.
+        sample_next = more and not self.held_out.due(next_round)
         publish_task: asyncio.Task[None] | None = None
         try:
-            own_round = self.rounds_done
-            local = training_batch(sampled.groups, sapo.local_groups)  # S > I: dynamic sampling
-            chosen = self.pool.select(  # J = 0: none
-                sapo.external_groups,
-                own_round,
-                self.intake.sender_version,
-                self.clock.now(),
-                [g.prompt for g in local],
-            )
-            # At selection: the round's training lets senders move on meanwhile.
-            chosen_ages = self.pool.ages_of(chosen, own_round)
-            chosen_lags = self.pool.lags_of(chosen, self.intake.sender_version)
-            external = [ExternalGroup.of(e.sender, e.group, e.rewards) for e in chosen]
-            more = self.last_round is None or self.rounds_done + 1 < self.last_round
-            next_round = self.rounds_done + 1
-            if more and not self.stop_requested.is_set():
-                self.own_samples.sample_ahead(next_round)  # with sampler.overlap
-            # Prefetch (below) not before a held-out evaluation, which would wait for it.
-            sample_next = more and not self.held_out.due(next_round)
             training = asyncio.ensure_future(
-                self.model_offload(self.learner.train, local, external)
+                self.model_offload(self.learner.train, local, chosen.external)
             )
             # On an in-order model thread, and with no deltas to merge after training, the
             # next round's sampling is queued right behind this training: the policy it
@@ -447,9 +501,9 @@ class Node:
             # Publishing overlaps training (the worker starts first): peers get our groups
             # sooner and the round is not held up by the network. Awaited before the round
             # ends, so errors surface.
-            if sampled.groups:
+            if groups:
                 publish_task = asyncio.create_task(
-                    self._publish_own(sampled.groups, sampled_version, self.learner.policy_version),
+                    self._publish_own(groups, sampled_version, self.learner.policy_version),
                     name="publish",
                 )
             trained = await training
@@ -467,7 +521,7 @@ class Node:
             if packet is not None:
                 assert self._deltas_topic is not None
                 await self.gossip.publish(self._deltas_topic, packet, self.learner.policy_version)
-            delta_s = self.timer() - delta_start
+            deltas_s = self.timer() - delta_start
         except BaseException:
             if publish_task is not None:
                 publish_task.cancel()
@@ -476,51 +530,44 @@ class Node:
         if publish_task is not None:
             await publish_task
         publish_s = self.timer() - publish_start  # only the part not hidden behind training
-        if external and self.first_external_round is None:
-            self.first_external_round = self.rounds_done + 1
-            after = round(self.clock.now() - (self.started_at or self.clock.now()), 3)
-            log.info("first external group used in round %d (%.1f s after start)",
-                     self.first_external_round, after)  # fmt: skip
-            if self.on_event is not None:
-                info = {"round": self.first_external_round, "after_s": after}
-                self.on_event("first_external_group", {**info, "groups": len(external)})
-        self.rounds_done += 1
-        checkpoint_start = self.timer()
-        if self.rounds_done % self.config.node.checkpoint_every == 0:
-            await self.checkpoint(background=self.config.node.background_checkpoints)
-        checkpoint_s = self.timer() - checkpoint_start
+        return _Trained(trained, deltas_record, deltas_s, publish_s)
 
-        seconds = round_seconds(
-            self.timer() - start,
-            critical={
-                # Sampled ahead (prefetch, overlap): only the wait is this round's.
-                "sample_wait": sample_wait_s,
-                "train": trained.train_s,
-                "publish": publish_s,
-                "checkpoint": checkpoint_s,
-                "deltas": delta_s,
-                "eval": eval_s,
-            },
-            compute={"sample": sampled.sample_s, "score": sampled.score_s},
-        )
-        record = round_record(
-            self,
-            sampled=sampled,
-            sampled_version=sampled_version,
-            external=external,
-            ages=chosen_ages,
-            lags=chosen_lags,
-            trained=trained,
-            deltas=deltas_record,
-            evaluation=evaluation,
-            seconds=seconds,
-            admission_queue=self._admissions.qsize() if self._admissions is not None else 0,
-            transport=self._transport_stats(),
-            metrics_dropped=self._outputs.metrics_dropped if self._outputs is not None else 0,
-        )
+    def _note_first_external(self, external: Sequence[ExternalGroup]) -> None:
+        """Log (and report) the first round that trains on peers' groups."""
+        if not external or self.first_external_round is not None:
+            return
+        self.first_external_round = self.rounds_done + 1
+        after = round(self.clock.now() - (self.started_at or self.clock.now()), 3)
+        log.info("first external group used in round %d (%.1f s after start)",
+                 self.first_external_round, after)  # fmt: skip
+        if self.on_event is not None:
+            info = {"round": self.first_external_round, "after_s": after}
+            self.on_event("first_external_group", {**info, "groups": len(external)})
+
+    def _emit_round(self, record: dict[str, Any], groups: Sequence[LocalGroup]) -> None:
+        """The round's record to progress, the outputs (metrics line first) and the
+        caller's callback."""
         self.progress.note(record)
         if self._outputs is not None:
-            self._outputs.write(record, sampled.groups, self.intake.peer_rows())
+            self._outputs.write(record, groups, self.intake.peer_rows())
         if self.on_round is not None:
             self.on_round(RoundReport(self.rounds_done, record))
-        return record
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """A round's peers' groups and, per group, its age and version lag at selection."""
+
+    external: list[ExternalGroup]
+    ages: list[int]
+    lags: list[int]
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """What training and sharing gave a round, with the seconds they held it up."""
+
+    trained: Any
+    deltas_record: dict[str, Any] | None
+    deltas_s: float
+    publish_s: float

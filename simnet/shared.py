@@ -138,10 +138,12 @@ class _Canon:
 def _memo_decode(
     fn: Callable[..., Any], cache: Recent, canon: _Canon, limits_at: int
 ) -> Callable[..., Any]:
-    """A memoized `decode_envelope(data, limits, swarm_id[, refuse_sender])` (`limits_at` 1) or
-    `decode_payload(kind, payload, limits)` (`limits_at` 2)."""
+    """A memoized `decode_envelope(data, limits, swarm_id[, refuse_sender],
+    signature_checked=...)` (`limits_at` 1) or `decode_payload(kind, payload, limits)`
+    (`limits_at` 2). Only results of a full check are kept (a decode that trusted a
+    transport's signature check is not shared with callers that did not)."""
 
-    def memoized(first: Any, second: Any, third: Any, *rest: Any) -> Any:
+    def memoized(first: Any, second: Any, third: Any, *rest: Any, **options: Any) -> Any:
         # Canonical limits live as long as `canon`, so their id stands for their value
         # (hashing a `Limits` dataclass field by field per message cost more).
         if limits_at == 1:
@@ -158,8 +160,9 @@ def _memo_decode(
             if rest and rest[0] is not None and rest[0](hit.sender):
                 raise WireError("ignored_peer", hit.sender[:64])
             return hit
-        value = fn(first, second, third, *rest)
-        cache.put(key, value)
+        value = fn(first, second, third, *rest, **options)
+        if not options.get("signature_checked"):
+            cache.put(key, value)
         return value
 
     return memoized

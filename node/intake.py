@@ -20,6 +20,10 @@ Invariants:
   they would train one group twice and let a key farm the cohort of an honest peer's
   arrival (`node.trust`). The owners of the last `MAX_GROUP_OWNERS` accepted groups are
   kept.
+- With `gossip.identity_work_bits`, a sender's rollouts and deltas are admitted only
+  once a hello of its carried that much proof of work on its key; until then they are
+  dropped as `no_identity_work` (counted, not blamed), as is a hello without it (and it
+  does not enter the peers table).
 - Memory is bounded: the peers table, fault counts and sender versions keep at most
   `MAX_PEERS_TRACKED` peers (least recently seen forgotten first; in the peers table,
   peers with verified groups only once no unverified one is among the oldest
@@ -48,6 +52,7 @@ from swarm.bounded import BoundedDict
 from swarm.clock import Clock
 from swarm.config import NodeConfig
 from swarm.envelope import Envelope
+from swarm.identity_work import has_work
 from swarm.messages import DeltaPacket, Hello, RolloutBatch
 from swarm.staleness import SenderVersions
 
@@ -133,6 +138,11 @@ class Intake:
         """Clock time of the first hello from a peer (None: alone so far)."""
         self.new_peer = asyncio.Event()
         """Set by a hello from a peer not in the table (the node answers with its own)."""
+        self.swarm_id = config.node.swarm_id
+        self.work_bits = config.gossip.identity_work_bits
+        self.proven: BoundedDict[str, bool] = BoundedDict(MAX_PEERS_TRACKED)
+        """Senders whose hello carried enough proof of work on their key (with
+        `work_bits`; `swarm.identity_work`)."""
         self.drop_copies = config.sapo.drop_copies
         self.group_owners: BoundedDict[bytes, str] = BoundedDict(MAX_GROUP_OWNERS)
         """Digest of an accepted group's question and completions -> its first sender."""
@@ -178,14 +188,31 @@ class Intake:
         self.sender_versions.observe(envelope.sender, envelope.seq, envelope.policy_version)
         message = received.message
         if isinstance(message, Hello):
-            self._note_hello(envelope.sender, message)
+            if self._has_work(envelope.sender, message):
+                self._note_hello(envelope.sender, message)
             return None
         if isinstance(message, RolloutBatch) and not self.wants_rollouts:
             return None
         if isinstance(message, (RolloutBatch, DeltaPacket)):
+            if self.work_bits and envelope.sender not in self.proven:
+                # Not blamed: its hello (with the work) may just not have come yet.
+                self.drop("no_identity_work", None)
+                return None
             return Admission(envelope, message, own_round, self.clock.now())
         self.drop(f"unexpected_kind_{message.KIND}", envelope.sender)
         return None
+
+    def _has_work(self, sender: str, hello: Hello) -> bool:
+        """Whether `sender` did the swarm's proof of work on its key (always, with none
+        asked); a hello without it is counted and not noted (so a flood of fresh keys
+        cannot fill the peers table either)."""
+        if not self.work_bits or sender in self.proven:
+            return True
+        if has_work(self.swarm_id, sender, hello.work, self.work_bits):
+            self.proven[sender] = True
+            return True
+        self.drop("no_identity_work", None)
+        return False
 
     def _note_hello(self, sender: str, hello: Hello) -> None:
         now = self.clock.now()

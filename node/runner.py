@@ -52,6 +52,7 @@ from gossip.layer import Gossip, Received
 from gossip.ratelimit import ALIVE_TICK_S
 from node.checkpointing import Checkpointer
 from node.evaluation import HeldOut, eval_record
+from node.identity_proof import identity_work_nonce
 from node.intake import Admission, Intake
 from node.learner import ExternalGroup, Learner, LocalGroup
 from node.metrics import round_seconds, write_node_info
@@ -125,6 +126,8 @@ class Node:
         )
         self.on_round = on_round
         self.capabilities = capabilities
+        self.identity_work: int | None = None
+        """Our proof of work on our key, where the swarm asks for one (`node.identity_proof`)."""
         self.timer = timer
         self.data_dir = Path(config.node.data_dir)
         sapo = config.sapo
@@ -262,6 +265,11 @@ class Node:
         # First: a logging backend that cannot start (package missing) stops us before
         # we join the swarm.
         self._outputs = RoundOutputs(self.config, self.peer_id)
+        bits = self.config.gossip.identity_work_bits
+        if bits:  # the swarm asks for proof of work on keys: ours before we join
+            self.identity_work = await asyncio.to_thread(
+                identity_work_nonce, self.data_dir, self.config.node.swarm_id, self.peer_id, bits
+            )
         try:
             await self._run_joined(rounds, on_started, wait_peers, wait_timeout_s)
         finally:
@@ -349,6 +357,7 @@ class Node:
                 self.learner.policy_version,
                 self.capabilities,
                 self.progress.claim(),
+                self.identity_work,
             )
             self.intake.new_peer.clear()
             await self.gossip.publish(self._peers_topic, hello, self.learner.policy_version)

@@ -160,6 +160,9 @@ class Hello:
     progress: tuple[tuple[str, float], ...] = ()
     """Optional self-reported figures (`rounds`, `reward`: mean own reward of the last
     rounds, `eval`: latest held-out accuracy): claims for display, never trusted."""
+    work: int | None = None
+    """Optional: the sender's proof of work on its key for this swarm
+    (`swarm.identity_work`), a nonce in [0, 2**64). Absent unless the swarm asks."""
 
     def to_wire(self) -> dict:
         wire: dict[str, Any] = {
@@ -170,12 +173,14 @@ class Hello:
         }
         if self.progress:
             wire["progress"] = dict(self.progress)
+        if self.work is not None:
+            wire["work"] = self.work
         return wire
 
     @classmethod
     def from_wire(cls, obj: Any) -> Hello:
         required = ("model_id", "model_family", "policy_version", "capabilities")
-        m = _map(obj, (*required, "progress"), required)
+        m = _map(obj, (*required, "progress", "work"), required)
         caps = _list(m["capabilities"], "capabilities", 32)
         progress = m.get("progress", {})
         if not isinstance(progress, dict) or not set(progress) <= set(PROGRESS_KEYS):
@@ -186,6 +191,7 @@ class Hello:
             _int(m["policy_version"], "policy_version"),
             tuple(_str(c, "capability", 64) for c in caps),
             tuple((k, _float(progress[k], k)) for k in PROGRESS_KEYS if k in progress),
+            _int(m["work"], "work", 0, 2**64 - 1) if "work" in m else None,
         )
 
 

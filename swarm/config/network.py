@@ -309,5 +309,11 @@ class GossipConfig(StrictModel):
     """Sustained messages per second accepted from one peer (token bucket)."""
     rate_burst: int = Field(500, ge=1)
     """Burst size of the per-peer token bucket (chunks of one large message count too)."""
+    identity_work_bits: int = Field(0, ge=0, le=32)
+    """Swarm-wide, 0 = off: use a peer's groups and deltas only once its hello carried
+    this many bits of proof of work on its key (`swarm.identity_work`), so that keys cost
+    compute. Every node of a swarm sets the same value. This node mints its own once per
+    key (~2**bits hashes: 20 bits take seconds, 24 about a minute, 28 about 15 minutes
+    of one core here) and keeps it in `<data_dir>/identity-work.json`."""
     scoring: ScoringConfig = ScoringConfig()
     """Peer scores: who gets ignored for how long, and when they are forgiven."""

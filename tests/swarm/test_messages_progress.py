@@ -1,4 +1,5 @@
-"""Hellos carry optional progress claims (for peers' dashboards), strictly typed."""
+"""Hellos carry optional progress claims (for peers' dashboards) and an optional proof of
+work on the key, strictly typed."""
 
 from __future__ import annotations
 
@@ -26,3 +27,12 @@ def test_bad_progress_is_refused(progress: object) -> None:
     wire = {**Hello("m", "f", 3).to_wire(), "progress": progress}
     with pytest.raises(WireError):
         decode_payload("hello", pack(wire), LIMITS)
+
+
+def test_proof_of_work_round_trips_is_optional_and_strictly_typed() -> None:
+    hello = Hello("m", "f", 3, (), (), work=2**64 - 1)
+    assert decode_payload("hello", encode_payload(hello), LIMITS) == hello
+    assert "work" not in Hello("m", "f", 3).to_wire()  # absent unless the swarm asks
+    for bad in (-1, "7", 1.5, True):  # (2**64 and beyond: no msgpack int holds them)
+        with pytest.raises(WireError):
+            decode_payload("hello", pack({**Hello("m", "f", 3).to_wire(), "work": bad}), LIMITS)

@@ -1,0 +1,67 @@
+"""A swarm that asks for proof of work on keys (`gossip.identity_work_bits`, issue 35
+item 2): its nodes mint it once, send it in their hellos, and use only the groups of keys
+that did it; a key without it is counted, not blamed, and stays out of the peers table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from gossip.memory import MemoryNetwork
+from node.identity_proof import WORK_FILE, identity_work_nonce
+from node.metrics import read_metrics
+from swarm.config import NodeConfig
+from swarm.identity_work import has_work
+from tests.node.helpers import stub_config, stub_node
+
+BITS = 12
+
+
+def _asking(config: NodeConfig, bits: int) -> NodeConfig:
+    gossip = config.gossip.model_copy(update={"identity_work_bits": bits})
+    return config.model_copy(update={"gossip": gossip})
+
+
+def test_only_keys_with_the_swarms_proof_of_work_are_used(tmp_path: Path) -> None:
+    network = MemoryNetwork("identity-work")
+    configs = [
+        _asking(stub_config(tmp_path, "a"), BITS),
+        _asking(stub_config(tmp_path, "b"), BITS),
+        stub_config(tmp_path, "c"),  # asks for nothing and sends no work
+    ]
+    nodes = [stub_node(c, network, seed=i) for i, c in enumerate(configs)]
+
+    async def run_all() -> None:
+        await asyncio.gather(*(node.run(12) for node in nodes))
+
+    asyncio.run(run_all())
+    a, b, c = nodes
+    for node, other in ((a, b), (b, a)):
+        records = read_metrics(Path(node.config.node.data_dir) / "metrics.jsonl")
+        used = {sender for r in records for sender in r["external_by_sender"]}
+        assert used == {other.peer_id}, used
+        assert records[-1]["drops"].get("no_identity_work", 0) > 0
+        assert c.peer_id not in node.intake.peers  # its hellos were not noted
+        assert node.peer_faults[c.peer_id] == 0  # counted, not blamed
+        stored = json.loads((Path(node.config.node.data_dir) / WORK_FILE).read_text())
+        assert stored["peer_id"] == node.peer_id and stored["bits"] == BITS
+        assert has_work(node.config.node.swarm_id, node.peer_id, stored["nonce"], BITS)
+    # The node that asks for nothing uses everyone's groups (work or not).
+    records = read_metrics(Path(c.config.node.data_dir) / "metrics.jsonl")
+    assert {s for r in records for s in r["external_by_sender"]} == {a.peer_id, b.peer_id}
+
+
+def test_the_stored_work_is_reused_and_minted_again_only_when_it_does_not_hold(
+    tmp_path: Path,
+) -> None:
+    nonce = identity_work_nonce(tmp_path, "s", "key", 8)
+    path = tmp_path / WORK_FILE
+    assert identity_work_nonce(tmp_path, "s", "key", 8) == nonce  # reused
+    path.write_text(json.dumps({"swarm_id": "s", "peer_id": "key", "bits": 8, "nonce": nonce + 1}))
+    if not has_work("s", "key", nonce + 1, 8):  # a forged file is checked, not trusted
+        assert identity_work_nonce(tmp_path, "s", "key", 8) == nonce
+    assert has_work("s", "other", identity_work_nonce(tmp_path, "s", "other", 8), 8)
+    assert json.loads(path.read_text())["peer_id"] == "other"
+    path.write_text("{not json")
+    assert has_work("s", "other", identity_work_nonce(tmp_path, "s", "other", 8), 8)

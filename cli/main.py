@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+import typer.core
 from rich.console import Console
 
 from cli.dashboard import DashboardOpt, dashboard, dashboard_for_node
@@ -36,10 +37,40 @@ from swarm.identity import load_key_file, write_key_file
 if TYPE_CHECKING:
     from node.runner import Node
 
-app = typer.Typer(
+
+
+def _flag_help(option: Any) -> Any:
+    """Typer lists its `--help` flag with a `<bool>` placeholder, which a user then types
+    (`--help 1` is refused): shown without one, as our other flags are."""
+    if option is not None:
+        option.metavar = ""
+    return option
+
+
+class _Command(typer.core.TyperCommand):
+    def get_help_option(self, ctx: Any) -> Any:
+        return _flag_help(super().get_help_option(ctx))
+
+
+class _Group(typer.core.TyperGroup):
+    def get_help_option(self, ctx: Any) -> Any:
+        return _flag_help(super().get_help_option(ctx))
+
+
+class _Typer(typer.Typer):
+    """`typer.Typer` whose commands and groups are `_Command`s and `_Group`s."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=_Group, **kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        return super().command(*args, cls=kwargs.pop("cls", _Command), **kwargs)
+
+
+app = _Typer(
     no_args_is_help=True, add_completion=False, help="A decentralized RL post-training node."
 )
-config_app = typer.Typer(no_args_is_help=True, help="Work with node config files.")
+config_app = _Typer(no_args_is_help=True, help="Work with node config files.")
 app.add_typer(config_app, name="config")
 # Piped or logged output is not cut at rich's default of 80 columns (a terminal's width
 # is used where there is one).

@@ -205,3 +205,13 @@ def test_status_and_samples_take_a_config_file_and_init_makes_its_folder(
         result = runner.invoke(app, [command, str(other)])
         assert result.exit_code == 2 and "give a node's data_dir" in result.output
         assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", [[], ["join"], ["config", "check"], ["status"], ["demo"]])
+def test_help_shows_no_value_placeholder_for_flags(command: list[str]) -> None:
+    """Typer listed `--help` as `--help <bool>` (and `--json` likewise before): users then
+    typed a value, which is refused. Flags show none."""
+    result = CliRunner().invoke(app, [*command, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "--help" in result.output
+    assert "<bool>" not in result.output

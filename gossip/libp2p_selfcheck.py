@@ -204,6 +204,8 @@ def check_nat(r: Reaches, host: IHost | None) -> None:
     r.calls(CircuitV2Protocol, "_handle_reserve", ("resource_manager", "can_accept_reservation"),
             _NAT)  # fmt: skip
     r.attr(RelayResourceManager, "can_accept_reservation", _NAT, params=("peer_id",))
+    r.attr(RelayResourceManager, "_is_peer_connected", _NAT, params=("peer_id",))
+    r.calls(RelayResourceManager, "__init__", ("_reservations",), _NAT)
 
 
 def check_libp2p_internals(host: IHost | None = None, *, nat: bool = True) -> None:

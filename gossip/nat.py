@@ -18,8 +18,9 @@ What a node does:
   (`relay_refused_stranger`; issue 31: anyone could reserve and push 64 MiB through).
   What each peer pushes through it, over all its circuits, is bounded by a byte budget
   (`RELAY_PEER_BURST_BYTES`, then `RELAY_PEER_BYTES_PER_S`); a circuit whose source is
-  over it is reset (`relay_budget_exceeded`). Every node accepts relayed connections
-  (STOP).
+  over it is reset (`relay_budget_exceeded`). A slot is freed when its peer is no
+  longer connected (`relay_reservations_released`). Every node accepts relayed
+  connections (STOP).
 - A `private` node reserves a slot on every connected relay (refreshed by the library
   before it expires), so peers can reach it at `/p2p/<relay>/p2p-circuit/p2p/<us>`.
 - For each peer whose messages reach us (origin of a GossipSub message) but that we
@@ -308,7 +309,17 @@ class _SwarmRelayResources(RelayResourceManager):
             self._counts["relay_refused_stranger"] += 1
             log.debug("relay: reservation refused to %s (not a peer of this swarm)", peer_id)
             return False
+        self.release_departed()
         return super().can_accept_reservation(peer_id)
+
+    def release_departed(self) -> None:
+        """Free the slots of peers no longer connected (the library keeps a slot until it
+        expires, an hour: 64 identities connecting once each filled the relay). With the
+        inbound bounds per IP and /24 (`gossip.libp2p_inbound`), one host holds at most
+        as many slots as it may hold connections."""
+        for peer in [p for p in self._reservations if not self._is_peer_connected(p)]:
+            del self._reservations[peer]
+            self._counts["relay_reservations_released"] += 1
 
 
 class _SwarmCircuitRelay(CircuitV2Protocol):
@@ -367,6 +378,7 @@ class NatTraversal:
             "direct_upgrades": 0,
             "relay_refused_stranger": 0,
             "relay_budget_exceeded": 0,
+            "relay_reservations_released": 0,
             "autonat_requests_failed": 0,
         }
 

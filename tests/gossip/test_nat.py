@@ -25,6 +25,7 @@ from gossip.nat import (
     ByteBudgets,
     _DialBackAutoNAT,
     _SwarmCircuitRelay,
+    _SwarmRelayResources,
     dials_circuit,
     is_relayed,
     observed_ip,
@@ -197,3 +198,28 @@ def test_a_circuit_whose_source_is_over_its_budget_is_reset_and_counted(
     assert pushed == RELAY_PEER_BURST_BYTES  # the refill over the test's time is < 1 chunk
     assert counts["relay_budget_exceeded"] == 1
     assert sum(s.resets for s in streams) == 1
+
+
+def test_a_relay_slot_is_freed_when_its_peer_is_gone() -> None:
+    """The library kept a slot until it expired (an hour): identities that connected once
+    each filled the relay. A departed peer's slot now goes to the next member."""
+    from libp2p.relay.circuit_v2.resources import RelayLimits
+
+    a, b, c = _id(), _id(), _id()
+    connections: dict[ID, list[object]] = {a: [object()], b: [object()], c: [object()]}
+    host = SimpleNamespace(
+        get_network=lambda: SimpleNamespace(connections=connections),
+        get_peerstore=lambda: None,
+        get_private_key=lambda: create_new_key_pair().private_key,
+    )
+    counts = {"relay_refused_stranger": 0, "relay_reservations_released": 0}
+    limits = RelayLimits(duration=3600, data=1 << 20, max_circuit_conns=1, max_reservations=2)
+    book = _SwarmRelayResources(limits, host, lambda _: True, counts)  # type: ignore[arg-type]
+    for peer in (a, b):
+        assert book.can_accept_reservation(peer)
+        book.create_reservation(peer)
+    assert not book.can_accept_reservation(c)  # full
+    del connections[a]
+    assert book.can_accept_reservation(c)
+    assert not book.has_reservation(a) and book.has_reservation(b)
+    assert counts["relay_reservations_released"] == 1

@@ -98,6 +98,10 @@ def status_table(data_dir: Path, last: int) -> Table:
         "dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none"
     )
     table.add_row("bytes in / out", f"{s['bytes_in']:,} / {s['bytes_out']:,}")
+    table.add_row(
+        "publishes not sent / transport reconnects",
+        f"{s['not_sent']:,} / {s['reconnects']:,} (a broker or network outage shows here)",
+    )
     scores = s["peer_scores"]
     if scores is not None:
         table.add_row(

@@ -65,7 +65,8 @@ class RunSummary:
         self.first_external_round: int | None = None
         self.restarts = 0
         self._before_restarts: Counter[str] = Counter()
-        """Drops and bytes of the run's earlier processes (their last lines' totals)."""
+        """Drops, bytes, unsent publishes and reconnects of the run's earlier processes
+        (their last lines' totals)."""
 
     def add(self, record: dict[str, Any]) -> None:
         previous = self.final
@@ -128,6 +129,8 @@ class RunSummary:
             "peer_scores": final.get("peer_scores"),  # absent in metrics of older versions
             "bytes_in": self._before_restarts["bytes_in"] + final["bytes_in"],
             "bytes_out": self._before_restarts["bytes_out"] + final["bytes_out"],
+            "not_sent": self._before_restarts["not_sent"] + not_sent(final),
+            "reconnects": self._before_restarts["reconnects"] + _transport(final, "reconnects"),
             "overhead_fraction": max(1 - work / total, 0.0) if total else None,
             "seconds": dict(seconds),
         }
@@ -144,7 +147,22 @@ def _counters(record: dict[str, Any]) -> Counter[str]:
     """A line's process totals, drops keyed `drop:<reason>`."""
     out: Counter[str] = Counter({f"drop:{k}": v for k, v in record["drops"].items()})
     out["bytes_in"], out["bytes_out"] = record.get("bytes_in", 0), record.get("bytes_out", 0)
+    out["not_sent"], out["reconnects"] = not_sent(record), _transport(record, "reconnects")
     return out
+
+
+def _transport(record: dict[str, Any], key: str) -> int:
+    value = (record.get("transport") or {}).get(key, 0)
+    return value if isinstance(value, int) else 0
+
+
+def not_sent(record: dict[str, Any]) -> int:
+    """Our publishes that never left this process, in its lifetime: refused by the
+    transport (`publish_failed`) or dropped by it, e.g. during a broker outage
+    (`dropped_outgoing`, MQTT)."""
+    return sum((record.get("publish_failed") or {}).values()) + _transport(
+        record, "dropped_outgoing"
+    )
 
 
 def _process_totals(record: dict[str, Any]) -> tuple[int, int, int]:

@@ -44,7 +44,10 @@ class SwarmCollector:
         refused = counter("refused", "Messages and groups refused, by reason.", ["reason"])
         bytes_in = counter("bytes_in", "Gossip bytes received.")
         bytes_out = counter("bytes_out", "Gossip bytes sent.")
-        publish_failed = counter("publish_failed", "Publishes the transport did not take.")
+        publish_failed = counter(
+            "publish_failed", "Own publishes not sent (transport refused or dropped them)."
+        )
+        reconnects = counter("transport_reconnects", "Reconnections to the broker or network.")
         seconds = counter("round_seconds", "Time spent in rounds, by phase.", ["phase"])
         last_seconds = gauge("last_round_seconds", "The newest round's time, by phase.", ["phase"])
         for follower in self.followers():
@@ -65,14 +68,15 @@ class SwarmCollector:
                 refused.add_metric([node, reason], count)
             bytes_in.add_metric([node], final["bytes_in"])
             bytes_out.add_metric([node], final["bytes_out"])
-            failed = final.get("publish_failed") or {}  # by cause
-            publish_failed.add_metric([node], sum(failed.values()))
+            whole_run = summary.summary()
+            publish_failed.add_metric([node], whole_run["not_sent"])
+            reconnects.add_metric([node], whole_run["reconnects"])
             for phase, total in summary.seconds.items():
                 seconds.add_metric([node, phase], total)
             for phase, value in final["seconds"].items():
                 last_seconds.add_metric([node, phase], value)
         yield from (rounds, version, reward, eval_accuracy, peers, pool, used, refused)
-        yield from (bytes_in, bytes_out, publish_failed, seconds, last_seconds)
+        yield from (bytes_in, bytes_out, publish_failed, reconnects, seconds, last_seconds)
 
 
 def registry_for(followers: Callable[[], Sequence[DataDirFollower]]) -> CollectorRegistry:

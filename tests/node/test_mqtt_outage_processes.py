@@ -10,8 +10,11 @@ train on each other's groups again afterwards.
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import subprocess
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -90,6 +93,15 @@ def test_nodes_train_through_a_broker_outage_and_share_again(tmp_path: Path) -> 
             print(f"node-{i}: {during[i]} rounds during the outage; {transport}")
             assert transport["dropped_outgoing"] > 0, transport  # counted, not raised
             assert transport["reconnects"] >= 1 and transport["connected"], transport
+        # ... and `swarm status` says so (it said nothing of an outage before).
+        status = subprocess.run(
+            [sys.executable, "-m", "cli.main", "status", str(metrics[0].parent)],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        row = next(line for line in status.stdout.splitlines() if "publishes not sent" in line)
+        unsent, reconnects = (int(x.replace(",", "")) for x in re.findall(r"[\d,]+", row)[:2])
+        assert unsent > 0 and reconnects >= 1, row
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -45,3 +45,25 @@ def test_a_run_without_restarts_shows_the_last_lines_totals() -> None:
         summary.add(_line(i, 1, {"stale": i}, 100 * i))
     s = summary.summary()
     assert s["restarts"] == 0 and s["drops"] == {"stale": 3} and s["bytes_in"] == 300
+
+
+def test_unsent_publishes_and_reconnects_add_up_over_restarts() -> None:
+    """A broker outage (publishes the MQTT transport dropped, its reconnects) and
+    publishes the transport refused showed nowhere but raw metrics.jsonl (issue 34)."""
+    summary = RunSummary(last=2)
+
+    def line(round_: int, bytes_in: int, dropped: int, reconnects: int, failed: int) -> dict:
+        return {
+            **_line(round_, 0, {}, bytes_in),
+            "publish_failed": {"OSError": failed} if failed else {},
+            "transport": {"dropped_outgoing": dropped, "reconnects": reconnects},
+        }
+
+    summary.add(line(1, 100, 0, 0, 0))
+    summary.add(line(2, 200, 37, 8, 1))  # an outage, then the process is killed
+    summary.add(line(2, 0, 0, 0, 0))  # the restart
+    summary.add(line(3, 50, 2, 1, 0))
+    s = summary.summary()
+    assert s["restarts"] == 1
+    assert s["not_sent"] == 37 + 1 + 2
+    assert s["reconnects"] == 8 + 1

@@ -98,6 +98,11 @@ def status_table(data_dir: Path, last: int) -> Table:
         "dropped (reason: count)", ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) or "none"
     )
     table.add_row("bytes in / out", f"{s['bytes_in']:,} / {s['bytes_out']:,}")
+    if s["degraded"]:
+        table.add_row(
+            "library fallbacks (internals gone; see the log)",
+            ", ".join(f"{library}: {count}" for library, count in s["degraded"].items()),
+        )
     table.add_row(
         "publishes not sent / transport reconnects",
         f"{s['not_sent']:,} / {s['reconnects']:,} (a broker or network outage shows here)",

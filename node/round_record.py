@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from node.learner import ExternalGroup
 from node.metrics import histogram, mean_by_key, mean_or_none
+from swarm.internals import DEGRADED
 
 
 class RoundSource(Protocol):
@@ -82,6 +83,8 @@ def round_record(
         "peer_scores": node.gossip.scores.snapshot(),
         "transport": transport,
         "checkpoint_errors": node.checkpoint_errors,
+        # Fallbacks taken because a library internal we use is gone (`swarm.internals`).
+        "degraded": dict(DEGRADED),
         "metrics_dropped": metrics_dropped,
         "bytes_in": counters["bytes_in"],
         "bytes_out": counters["bytes_out"],

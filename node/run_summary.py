@@ -127,6 +127,7 @@ class RunSummary:
             "external_by_sender": dict(self.external_by_sender),
             "drops": self._whole_run_drops(final),
             "peer_scores": final.get("peer_scores"),  # absent in metrics of older versions
+            "degraded": final.get("degraded") or {},  # library fallbacks, this process
             "bytes_in": self._before_restarts["bytes_in"] + final["bytes_in"],
             "bytes_out": self._before_restarts["bytes_out"] + final["bytes_out"],
             "not_sent": self._before_restarts["not_sent"] + not_sent(final),

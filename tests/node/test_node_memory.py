@@ -106,3 +106,21 @@ def test_a_resume_with_the_clock_behind_still_sends_new_seqs(
     assert not peer.gossip._seen.has_pair(first.peer_id, second.gossip.next_seq)
     # The jump is bounded by the reservation (seqs stay far below 2**53 for JSON peers).
     assert second.gossip.next_seq < sent + 2 * OWN_SEQ_RESERVE
+
+
+def test_a_library_fallback_shows_in_the_metrics_line_and_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fallback taken because a library internal is gone (`swarm.internals.degraded`)
+    was only a log line (issue 34): the metrics line and `swarm status` carry the count."""
+    from node.progress import status_table
+    from swarm import internals
+
+    monkeypatch.setattr(internals, "DEGRADED", internals.Counter({"transformers": 3}))
+    monkeypatch.setattr("node.round_record.DEGRADED", internals.DEGRADED)
+    config = stub_config(tmp_path, "solo", external_groups=0)
+    asyncio.run(stub_node(config, MemoryNetwork("degraded")).run(2))
+    data_dir = Path(config.node.data_dir)
+    assert read_metrics(data_dir / "metrics.jsonl")[-1]["degraded"] == {"transformers": 3}
+    rows = [str(c) for col in status_table(data_dir, 2).columns for c in col._cells]
+    assert "transformers: 3" in rows

@@ -18,20 +18,11 @@ from pathlib import Path
 import pytest
 
 from swarm.errors import WireError
-from tests.swarm.fuzz_wire import (
-    TARGET_NAMES,
-    InvariantViolation,
-    IsolatedRunner,
-    Outcome,
-    Target,
-    WorkerSpec,
-    build_target,
-    check_envelope,
-    envelope_input,
-    judge,
-    main,
-    run_target,
-)
+from tests.swarm.fuzz.corpus import envelope_input
+from tests.swarm.fuzz.harness import InvariantViolation, Outcome, Target, judge, run_target
+from tests.swarm.fuzz.rescore import IsolatedRunner, WorkerSpec
+from tests.swarm.fuzz.wire import check_envelope
+from tests.swarm.fuzz_wire import TARGET_NAMES, build_target, main
 
 SHORT_INPUTS = {
     "envelope": 3000,
@@ -122,7 +113,8 @@ def test_a_hanging_child_is_killed_and_counted() -> None:
 HUNG_RUN = """
 import time
 from pathlib import Path
-from tests.swarm.fuzz_wire import Outcome, Target, envelope_input, run_target
+from tests.swarm.fuzz.corpus import envelope_input
+from tests.swarm.fuzz.harness import Outcome, Target, run_target
 from swarm.errors import WireError
 
 def hang(data: bytes) -> Outcome:

@@ -74,13 +74,11 @@ JOIN_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 """Several nodes share a small machine: one torch thread each."""
 
 
-def join_command(
-    config: Path, rounds: int, wait_peers: int = 0, extra_args: tuple[str, ...] = ()
-) -> list[str]:
+def join_command(config: Path, rounds: int, wait_peers: int = 0) -> list[str]:
     """`swarm join --json` for `config`; with `wait_peers`, its first round waits (up to
     120 s) for that many peers."""
     command = [sys.executable, "-m", "cli.main", "join", "--config", str(config)]
-    command += ["--rounds", str(rounds), "--json", *extra_args]
+    command += ["--rounds", str(rounds), "--json"]
     if wait_peers:
         command += ["--wait-peers", str(wait_peers), "--wait-timeout", "120"]
     return command
@@ -93,11 +91,10 @@ def spawn_join(
     stdout: Any,
     stderr: Any,
     wait_peers: int = 0,
-    extra_args: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """Start `join_command(...)` as its own OS process, with one torch thread."""
     return subprocess.Popen(
-        join_command(config, rounds, wait_peers, extra_args),
+        join_command(config, rounds, wait_peers),
         stdout=stdout,
         stderr=stderr,
         text=True,

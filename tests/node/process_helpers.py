@@ -25,12 +25,13 @@ def start_join(
     wait_peers: int = 0,
     own_process_group: bool = False,
     env: dict[str, str] | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """`node.demo.spawn_join` with what only tests need: with `own_process_group`, the
     node leads a process group of its own (its workers join it), as a command started at
-    a terminal does; `env` adds to its environment."""
+    a terminal does; `env` adds to its environment; `extra_args` to its command line."""
     return subprocess.Popen(
-        join_command(config, rounds, wait_peers),
+        [*join_command(config, rounds, wait_peers), *extra_args],
         stdout=stdout,
         stderr=stderr,
         text=True,

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from node.demo import spawn_join, write_configs
+from node.demo import write_configs
 from node.metrics import read_metrics
 from node.ports import free_port
 from swarm.identity import load_or_create_key_file
+from tests.node.process_helpers import start_join
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +105,7 @@ def test_chromium_shows_what_metrics_jsonl_says(tmp_path: Path) -> None:
     for index, config in enumerate(configs):
         extra = ("--dashboard", f"127.0.0.1:{port}") if index == 0 else ()
         log = (tmp_path / f"node-{index}.log").open("a")
-        procs.append(spawn_join(config, 100_000, stdout=subprocess.DEVNULL, stderr=log,
+        procs.append(start_join(config, 100_000, stdout=subprocess.DEVNULL, stderr=log,
                                 wait_peers=2, extra_args=extra))  # fmt: skip
         time.sleep(0.3)
     node0 = tmp_path / "node-0"

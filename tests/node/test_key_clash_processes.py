@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from node.demo import spawn_join, write_configs
+from node.demo import write_configs
 from node.metrics import read_metrics
 from node.ports import free_port
 from node.silence import SILENT_AFTER_S
+from tests.node.process_helpers import start_join
 
 pytestmark = pytest.mark.slow(seconds=60)
 
@@ -35,7 +36,7 @@ def test_a_node_deafened_by_a_clone_of_its_key_says_why(tmp_path: Path) -> None:
     procs: dict[str, subprocess.Popen] = {}
 
     def spawn(name: str, config: Path, *extra: str) -> None:
-        procs[name] = spawn_join(config, 100_000, stdout=subprocess.DEVNULL,
+        procs[name] = start_join(config, 100_000, stdout=subprocess.DEVNULL,
                                  stderr=logs[name].open("w"), extra_args=extra)  # fmt: skip
 
     try:

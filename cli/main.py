@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from node.runner import Node
 
 
-
 def _flag_help(option: Any) -> Any:
     """Typer lists its `--help` flag with a `<bool>` placeholder, which a user then types
     (`--help 1` is refused): shown without one, as our other flags are."""

@@ -72,4 +72,3 @@ def _write(path: Path, data: dict) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(data) + "\n")
     os.replace(partial, path)
-

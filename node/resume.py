@@ -41,6 +41,7 @@ class Resumable(Protocol):
     own_samples: Any
     sender_versions: Any
 
+
 log = logging.getLogger("swarm.node")
 
 OWN_SEQ_RESERVE = 10**8

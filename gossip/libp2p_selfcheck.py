@@ -62,6 +62,7 @@ _RECORDS = "gossip/libp2p_records.py"
 _INBOUND = "gossip/libp2p_inbound.py"
 _DIALER = "gossip/libp2p_dialer.py"
 _NAT = "gossip/nat.py"
+_RELAY = "gossip/relay.py"
 
 
 def reaches() -> Reaches:
@@ -196,16 +197,16 @@ def check_nat(r: Reaches, host: IHost | None) -> None:
         dcutr = DCUtRProtocol(host)
         r.attr(dcutr, "_in_progress", _NAT, kind=set)
         r.attr(dcutr, "_direct_connections", _NAT, kind=set)
-    r.attr(CircuitV2Protocol, "_handle_connect", _NAT, params=("stream", "msg"))
-    r.attr(CircuitV2Protocol, "_read_stream_with_retry", _NAT, params=("stream", "max_retries"))
-    r.calls(CircuitV2Protocol, "_relay_data", ("_read_stream_with_retry",), _NAT)
-    r.calls(CircuitV2Protocol, "_handle_hop_stream", ("_handle_connect",), _NAT)
-    r.attr(CircuitV2Protocol, "_send_status", _NAT, params=("stream", "code", "message"))
+    r.attr(CircuitV2Protocol, "_handle_connect", _RELAY, params=("stream", "msg"))
+    r.attr(CircuitV2Protocol, "_read_stream_with_retry", _RELAY, params=("stream", "max_retries"))
+    r.calls(CircuitV2Protocol, "_relay_data", ("_read_stream_with_retry",), _RELAY)
+    r.calls(CircuitV2Protocol, "_handle_hop_stream", ("_handle_connect",), _RELAY)
+    r.attr(CircuitV2Protocol, "_send_status", _RELAY, params=("stream", "code", "message"))
     r.calls(CircuitV2Protocol, "_handle_reserve", ("resource_manager", "can_accept_reservation"),
-            _NAT)  # fmt: skip
-    r.attr(RelayResourceManager, "can_accept_reservation", _NAT, params=("peer_id",))
-    r.attr(RelayResourceManager, "_is_peer_connected", _NAT, params=("peer_id",))
-    r.calls(RelayResourceManager, "__init__", ("_reservations",), _NAT)
+            _RELAY)  # fmt: skip
+    r.attr(RelayResourceManager, "can_accept_reservation", _RELAY, params=("peer_id",))
+    r.attr(RelayResourceManager, "_is_peer_connected", _RELAY, params=("peer_id",))
+    r.calls(RelayResourceManager, "__init__", ("_reservations",), _RELAY)
 
 
 def check_libp2p_internals(host: IHost | None = None, *, nat: bool = True) -> None:

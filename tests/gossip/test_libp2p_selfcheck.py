@@ -56,7 +56,7 @@ def test_the_installed_libp2p_passes() -> None:
         (AutoNATService, "_try_dial", "nat.py"),
         (AutoNATService, "_handle_request", "nat.py"),
         (DCUtRProtocol, "_auto_drive_loop", "nat.py"),
-        (CircuitV2Protocol, "_handle_connect", "nat.py"),
+        (CircuitV2Protocol, "_handle_connect", "relay.py"),
         (pubsub_module, "env_to_send_in_RPC", "libp2p_records.py"),
     ],
 )

@@ -20,18 +20,20 @@ from pydantic import ValidationError
 from gossip.nat import (
     PRIVATE,
     PUBLIC,
-    RELAY_PEER_BURST_BYTES,
     UNKNOWN,
-    ByteBudgets,
     _DialBackAutoNAT,
-    _SwarmCircuitRelay,
-    _SwarmRelayResources,
     dials_circuit,
     is_relayed,
     observed_ip,
     peer_links,
     reachability_of,
     stream_is_relayed,
+)
+from gossip.relay import (
+    RELAY_PEER_BURST_BYTES,
+    ByteBudgets,
+    SwarmCircuitRelay,
+    SwarmRelayResources,
 )
 from swarm.config.network import Libp2pTransportConfig
 
@@ -174,7 +176,7 @@ def test_a_circuit_whose_source_is_over_its_budget_is_reset_and_counted(
 
     monkeypatch.setattr(CircuitV2Protocol, "_read_stream_with_retry", library_read)
     counts = {"relay_refused_stranger": 0, "relay_budget_exceeded": 0}
-    relay = _SwarmCircuitRelay(new_host(), allow_hop=True, member=lambda _: True, counts=counts)
+    relay = SwarmCircuitRelay(new_host(), allow_hop=True, member=lambda _: True, counts=counts)
     source = _id()
 
     @dataclass
@@ -214,7 +216,7 @@ def test_a_relay_slot_is_freed_when_its_peer_is_gone() -> None:
     )
     counts = {"relay_refused_stranger": 0, "relay_reservations_released": 0}
     limits = RelayLimits(duration=3600, data=1 << 20, max_circuit_conns=1, max_reservations=2)
-    book = _SwarmRelayResources(limits, host, lambda _: True, counts)  # type: ignore[arg-type]
+    book = SwarmRelayResources(limits, host, lambda _: True, counts)  # type: ignore[arg-type]
     for peer in (a, b):
         assert book.can_accept_reservation(peer)
         book.create_reservation(peer)

@@ -27,8 +27,17 @@ from tests.policy import packed_exactness, parallel_ranks
 
 FP32 = 2e-5
 PARAM_TOLERANCE = 1e-2 * parallel_ranks.TRAIN["learning_rate"]
-"""Weights after one AdamW step: its first update is lr * g / (|g| + eps), so where a
-gradient is near eps a round-off difference in g moves the update by a share of lr."""
+"""Weights after one AdamW step, where the gradient is at least `STEADY_GRAD` in size."""
+STEADY_GRAD = 100 * 1e-8
+"""100x AdamW's eps. Its first update is lr * g / (|g| + eps): where |g| is near eps a
+round-off difference in g moves the update by a share of lr (measured: elements with
+|g| ~ 5e-9, whose gradients differ by 27% between the paths while the tensor's differ by
+1e-7 of its norm, moved by up to 3.7e-5 = 3.7% of lr, a different amount every run: gloo's
+and FSDP's summation order varies). Above it the update's sensitivity is below 1e-2 of
+the gradient's relative difference."""
+NEAR_EPS_SHARE = 1e-4
+"""The share of all elements allowed outside `PARAM_TOLERANCE` (those near eps; measured:
+1-2 of 65,536 in a few tensors)."""
 COUNTERS = (
     "n_groups",
     "n_skipped",
@@ -112,9 +121,16 @@ def test_two_ranks_equal_one_process(name: str, tmp_path: Path) -> None:
     assert packed_exactness.relative_gap(got["grads"], want["grads"]) <= FP32
     assert set(got["params"]) == set(want["params"])
     moved = 0.0
+    outside = total = 0
     for key, before_after in want["params"].items():
-        gap = float((got["params"][key] - before_after).abs().max())
-        assert gap <= PARAM_TOLERANCE, (key, gap)
+        gap = (got["params"][key] - before_after).abs()
+        grad = want["grads"].get(key)  # None: a frozen weight, held to the tolerance too
+        steady = gap >= 0 if grad is None else grad.abs() >= STEADY_GRAD
+        worst = float(gap[steady].max()) if bool(steady.any()) else 0.0
+        assert worst <= PARAM_TOLERANCE, (key, worst)
+        outside += int((gap > PARAM_TOLERANCE).sum())
+        total += gap.numel()
+    assert outside <= NEAR_EPS_SHARE * total, (outside, total)
     # The optimizer state a checkpoint gathers is the one-process optimizer's, by index.
     got_opt, want_opt = got["optimizer"], want["optimizer"]
     assert set(got_opt["state"]) == set(want_opt["state"]) and want_opt["state"]

@@ -38,10 +38,12 @@ def smollm2(smollm2_dir: Path) -> tuple[Any, Any, list[TrainGroup]]:
 def test_full_fine_tune_with_the_plausibility_rule(smollm2: tuple) -> None:
     model, tok, groups = smollm2
     threshold = packed_exactness.implausible_threshold(model, tok, groups)
-    # float64 (the models' RMSNorm computes in float32: that is the gap left; in float32
-    # the largest gap, a layer norm's weight, is 2.2e-4 of its norm)
+    # float64, but the models' RMSNorm computes in float32: that is the gap left, and it
+    # depends on the CPU's kernels: a layer norm's weight, 2.4e-6 of its norm on an AVX2
+    # AMD EPYC (2026-12-05), under 1e-6 on the machines before it (in float32 the largest
+    # gap is 2.2e-4; a path that computes anything else differs by 1e-2 or more)
     fast, plain = packed_exactness.compare(
-        model, tok, groups, 1e-6, foreign_rule="plausible", min_mean_logprob=threshold
+        model, tok, groups, 1e-5, foreign_rule="plausible", min_mean_logprob=threshold
     )
     assert fast.n_peer_implausible >= 1
     # The prompt (40+ tokens) is computed once per group, not once per completion.

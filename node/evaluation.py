@@ -20,10 +20,10 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from node.learner import EvalResult
+from node.learner import EvalResult, Learner
 from rewards.mixture import TaskStream
 from swarm.config import NodeConfig
 from swarm.config.learning import TaskSpec
@@ -72,6 +72,19 @@ class HeldOut:
 
     def is_held_out(self, ref: TaskRef) -> bool:
         return ref.seed in self.seeds
+
+    async def evaluate(
+        self, learner: Learner, model_offload: Callable[..., Awaitable[Any]], round_done: int
+    ) -> dict[str, Any] | None:
+        """Greedy accuracy on every held-out set through `model_offload` (off the loop),
+        as the round record's `eval` entry, when `round_done` is due (None otherwise)."""
+        if not self.due(round_done):
+            return None
+        results = {
+            name: await model_offload(learner.evaluate, refs, self.max_new_tokens, self.samples)
+            for name, refs in self.sets.items()
+        }
+        return eval_record(results, learner.policy_version, self.per_source)
 
 
 def combine_results(results: Mapping[str, EvalResult]) -> EvalResult:

@@ -1,19 +1,12 @@
 """The node: the SAPO round loop plus gossip, as named tasks that fail fast together.
 
 Invariants:
-- Tasks: `rounds` (sample, publish, select, train, checkpoint, metrics), `receive`
-  (gossip already authenticated; `Intake.handle` updates the peers and sender-version
-  tables, and rollouts and deltas are queued for admission without waiting on them),
-  `admit-<i>` (`Intake.admit`: re-scoring through the `Rescorer`, delta decoding through
-  `offload`: nothing a peer chooses runs on the event loop), `announce` (hello on the
-  peers topic, at once again when a new peer said hello, at most once a second) and
-  `alive` (a tick to the rate limiter, so that a stall of this process is not charged
-  to peers: `gossip.ratelimit`). Our batches are paced under peers' per-sender rate
-  limits (`node.publish_pacing`).
+- Tasks: `rounds` (sample, publish, select, train, checkpoint, metrics) and, beside it,
+  the peer-facing ones of `node.peer_loops` (`receive`, `admit-<i>`, `announce`,
+  `alive`; the admission queue is bounded there). Our batches are paced under peers'
+  per-sender rate limits (`node.publish_pacing`).
   A dead task stops the node with its error; nothing the network or a peer causes
   does (gossip counts failed publishes; refusals are counted by reason).
-- The admission queue is bounded (`ADMISSION_QUEUE`); a batch that does not fit is
-  dropped and counted as `admission_full` (our capacity, not the peer's fault).
 - Sampling and training run through `offload` (a thread in production), so gossip keeps
   flowing while the model works. The next round's own groups are sampled as soon as
   this round's policy is final (prefetch), or, with `Learner.sample_overlap`, while
@@ -49,15 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from gossip.layer import Gossip, Received
-from gossip.ratelimit import ALIVE_TICK_S
 from node.checkpointing import Checkpointer
-from node.evaluation import HeldOut, eval_record
+from node.evaluation import HeldOut
 from node.identity_proof import identity_work_nonce
-from node.intake import Admission, Intake
+from node.intake import Intake
 from node.learner import ExternalGroup, Learner, LocalGroup
 from node.metrics import round_seconds, write_node_info
 from node.model_thread import ModelThread
 from node.own_samples import OwnSamples
+from node.peer_loops import PeerLoops
 from node.peer_table import OwnProgress
 from node.pool import RolloutPool
 from node.publish_pacing import BatchPacer
@@ -65,7 +58,6 @@ from node.resume import node_state, resume
 from node.round_outputs import RoundOutputs
 from node.round_record import round_record
 from node.selection import training_batch
-from node.silence import SilenceWatch, real_connections
 from node.supervise import supervise
 from node.workers import InlineRescorer, Rescorer
 from rewards.mixture import TaskStream
@@ -78,14 +70,6 @@ from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 log = logging.getLogger("swarm.node")
 
 Offload = Callable[..., Awaitable[Any]]
-ANNOUNCE_EVERY_S = 5.0
-GREET_MIN_INTERVAL_S = 1.0
-"""A hello from a new peer is answered with ours at once, at most this often (so two
-nodes find each other in one round trip, and fresh keys cannot make us chatty)."""
-ADMISSION_QUEUE = 256
-"""Received rollout batches and deltas waiting for re-scoring / decoding."""
-ADMISSION_WORKERS = 2
-"""Concurrent admissions (each waits on the rescorer or a decoding thread)."""
 
 
 @dataclass
@@ -150,7 +134,6 @@ class Node:
         self.tasks = TaskStream(config.tasks, config.model.seed)
         self.progress = OwnProgress()
         """What our hellos say of our progress (peers show it as our claim)."""
-        self._silence = SilenceWatch()
         self.publish_pacer = BatchPacer()
         self.own_samples = OwnSamples(
             config, self.tasks, lambda: self.learner, self.model_offload, offload
@@ -178,10 +161,17 @@ class Node:
         self.started_at: float | None = None
         self.first_external_round: int | None = None
         """The first round that trained on a peer's group."""
-        self._admissions: asyncio.Queue[Admission] | None = None
         self.stop_requested = asyncio.Event()
         self._rollouts_topic = rollouts_topic(config.node.swarm_id)
         self._peers_topic = peers_topic(config.node.swarm_id)
+        self.peer_loops = PeerLoops(
+            gossip,
+            self.intake,
+            clock,
+            self._peers_topic,
+            hello=self._hello,
+            rounds_done=lambda: self.rounds_done,
+        )
         self._deltas_topic = (
             deltas_topic(config.node.swarm_id, learner.model_family)
             if config.deltas.enabled
@@ -296,44 +286,17 @@ class Node:
         write_node_info(self.data_dir, peer_id=self.peer_id, listen=self.listen_addrs())
         if on_started is not None:
             on_started()
-        self._admissions = asyncio.Queue(ADMISSION_QUEUE)
-        background = {
-            "receive": self._receive_loop(),
-            "announce": self._announce_loop(),
-            "alive": self._alive_loop(),
-        }
-        for i in range(ADMISSION_WORKERS):
-            background[f"admit-{i}"] = self._admit_loop()
+        background = self.peer_loops.tasks()
         try:
             await supervise(self._round_loop(rounds, wait_peers, wait_timeout_s), background)
         finally:
             await self.gossip.stop()
 
-    # ---- receiving -------------------------------------------------------------------
-
-    async def _receive_loop(self) -> None:
-        assert self._admissions is not None
-        while True:
-            received = await self.gossip.receive()
-            admission = self.intake.handle(received, self.rounds_done)
-            if admission is None:
-                continue
-            try:
-                self._admissions.put_nowait(admission)
-            except asyncio.QueueFull:
-                self.intake.drop("admission_full", None)
-
-    async def _admit_loop(self) -> None:
-        assert self._admissions is not None
-        while True:
-            admission = await self._admissions.get()
-            await self.intake.admit(admission)
+    # ---- what peers see and send -----------------------------------------------------
 
     async def take(self, received: Received) -> None:
         """Handle then admit at once (simnet and tests: no queue in between)."""
-        admission = self.intake.handle(received, self.rounds_done)
-        if admission is not None:
-            await self.intake.admit(admission)
+        await self.peer_loops.take(received)
 
     @property
     def first_peer_at(self) -> float | None:
@@ -344,34 +307,16 @@ class Node:
         stats = getattr(self.gossip.transport, "stats", None)
         return stats() if callable(stats) else None
 
-    async def _alive_loop(self) -> None:
-        while True:
-            self.gossip.note_alive()
-            await self.clock.sleep(ALIVE_TICK_S)
-
-    async def _announce_loop(self) -> None:
-        while True:
-            hello = Hello(
-                self.learner.model_id,
-                self.learner.model_family,
-                self.learner.policy_version,
-                self.capabilities,
-                self.progress.claim(),
-                self.identity_work,
-            )
-            self.intake.new_peer.clear()
-            await self.gossip.publish(self._peers_topic, hello, self.learner.policy_version)
-            silent = self._silence.observe(
-                self.clock.now(), real_connections(self.gossip.transport),
-                self.gossip.counters.messages_in,
-            )  # fmt: skip
-            if silent is not None:
-                log.warning("%s", silent)
-            await self.clock.sleep(GREET_MIN_INTERVAL_S)
-            # The next hello: periodic, or sooner when a new peer said hello meanwhile.
-            greeted = asyncio.ensure_future(self.intake.new_peer.wait())
-            await asyncio.wait({greeted}, timeout=ANNOUNCE_EVERY_S - GREET_MIN_INTERVAL_S)
-            greeted.cancel()
+    def _hello(self) -> Hello:
+        """Who we are, what we run and how far we are, as our hellos say it."""
+        return Hello(
+            self.learner.model_id,
+            self.learner.model_family,
+            self.learner.policy_version,
+            self.capabilities,
+            self.progress.claim(),
+            self.identity_work,
+        )
 
     # ---- the round loop --------------------------------------------------------------
 
@@ -384,20 +329,6 @@ class Node:
                 break
             await self.run_round()
         await self.checkpoint()
-
-    async def _maybe_evaluate(self) -> dict[str, Any] | None:
-        """Held-out greedy accuracy at the start of every `eval.every`-th round (round 0:
-        before any training), off the loop."""
-        if not self.held_out.due(self.rounds_done):
-            return None
-        held = self.held_out
-        results = {
-            name: await self.model_offload(
-                self.learner.evaluate, refs, held.max_new_tokens, held.samples
-            )
-            for name, refs in held.sets.items()
-        }
-        return eval_record(results, self.learner.policy_version, self.held_out.per_source)
 
     async def _publish_own(
         self, groups: Sequence[LocalGroup], sampled_version: int, version: int
@@ -416,7 +347,11 @@ class Node:
         """One SAPO round: sample (or take what was sampled ahead), choose peers' groups,
         train on both while publishing ours, share deltas, checkpoint, record."""
         start = self.timer()
-        evaluation = await self._maybe_evaluate()
+        # Held-out accuracy at the start of every `eval.every`-th round (round 0: before
+        # any training).
+        evaluation = await self.held_out.evaluate(
+            self.learner, self.model_offload, self.rounds_done
+        )
         eval_s = self.timer() - start
         sampled, sample_wait_s = await self.own_samples.take(self.rounds_done)
         sampled_version = (
@@ -457,7 +392,7 @@ class Node:
             deltas=done.deltas_record,
             evaluation=evaluation,
             seconds=seconds,
-            admission_queue=self._admissions.qsize() if self._admissions is not None else 0,
+            admission_queue=self.peer_loops.admission_queue,
             transport=self._transport_stats(),
             metrics_dropped=self._outputs.metrics_dropped if self._outputs is not None else 0,
         )

@@ -1,6 +1,6 @@
 """Noticing a node that holds connections to peers and hears nothing from any of them.
 
-Every node says hello at least every `node.runner.ANNOUNCE_EVERY_S` (5 s), so a node
+Every node says hello at least every `node.peer_loops.ANNOUNCE_EVERY_S` (5 s), so a node
 connected to peers for `SILENT_AFTER_S` that has received no message at all is in nobody's
 mesh, and would otherwise train alone without saying why. Found by hand: a second node
 started with a copy of another's key (a copied data dir or key file) connects, and libp2p

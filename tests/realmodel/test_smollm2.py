@@ -88,18 +88,26 @@ def test_a_grpo_step_changes_the_weights(learner: PolicyLearner) -> None:
 
 
 def test_bf16_with_master_weights_moves_weights_that_bf16_alone_rounds_away(
-    smollm2_dir: Path, tmp_path: Path
+    smollm2_short_dir: Path, tmp_path: Path
 ) -> None:
+    # What a step does to each weight does not depend on depth: the first 4 layers (a bf16
+    # step of the whole model takes 40 s on this CPU; bf16 matmuls have no fast kernel).
     shares = {}
     for master in (False, True):
         config = _config(
-            smollm2_dir,
+            smollm2_short_dir,
             tmp_path / str(master),
             model={"dtype": "bfloat16", "master_weights": master},
             train={"learning_rate": 1e-6},
         )
         node = PolicyLearner(config)
-        before = {k: v.clone() for k, v in node.model.state_dict().items()}
+        # The decoder layers: the tied embedding moves only in the rows of the batch's
+        # tokens (and is 2/3 of the cut model's weights).
+        before = {
+            k: v.clone()
+            for k, v in node.model.state_dict().items()
+            if "embed_tokens" not in k and "lm_head" not in k
+        }
         assert node.trainer.step([_group(node)]).n_groups == 1
         shares[master] = share_changed(before, node.model)
         del node

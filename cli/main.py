@@ -571,6 +571,25 @@ def _mount_plugins() -> None:
     """Commands other packages register under the `swarm.cli` entry point (simnet's)."""
     for entry in entry_points(group="swarm.cli"):
         entry.load()(app)
+    _flag_help_everywhere(app)
+
+
+def _flag_help_everywhere(typer_app: typer.Typer) -> None:
+    """Groups and commands a plugin mounted with plain `typer.Typer`s show `--help` as
+    ours do (without a `<bool>` placeholder)."""
+
+    def ours(cls: Any, mine: type) -> Any:  # typer's defaults (or a placeholder): ours
+        plain = (typer.core.TyperGroup, typer.core.TyperCommand)
+        return mine if not isinstance(cls, type) or cls in plain else cls
+
+    for group in typer_app.registered_groups:
+        group.cls = ours(group.cls, _Group)
+        sub = group.typer_instance
+        if sub is not None:
+            sub.info.cls = ours(sub.info.cls, _Group)
+            for command in sub.registered_commands:
+                command.cls = ours(command.cls, _Command)
+            _flag_help_everywhere(sub)
 
 
 _mount_plugins()

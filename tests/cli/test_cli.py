@@ -207,7 +207,10 @@ def test_status_and_samples_take_a_config_file_and_init_makes_its_folder(
         assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("command", [[], ["join"], ["config", "check"], ["status"], ["demo"]])
+@pytest.mark.parametrize(
+    "command",
+    [[], ["join"], ["config", "check"], ["status"], ["demo"], ["simnet"], ["simnet", "run"]],
+)
 def test_help_shows_no_value_placeholder_for_flags(command: list[str]) -> None:
     """Typer listed `--help` as `--help <bool>` (and `--json` likewise before): users then
     typed a value, which is refused. Flags show none."""

@@ -35,7 +35,8 @@ only in train mode), so they compute the same function as the no-grad forwards.
 Invariants: logprobs use `log_softmax(logits / temperature)` with the sampler's
 temperature (as the sampler reports them); every forward runs in eval mode (dropout off,
 so old and new logprobs agree exactly at the first iteration); the reference policy for
-`beta > 0` is a frozen copy of the model as it was when the trainer was built.
+`beta > 0` is the model as it was when the trainer was built: a frozen copy, or for LoRA
+in one process the same model with its adapters off (the base; no second copy).
 """
 
 from __future__ import annotations
@@ -105,7 +106,17 @@ class Trainer:
         )
         self.loss_fn = LOSSES[train_config.loss_type]
         self.ref_model = None
-        if train_config.beta > 0:
+        """The KL reference's own copy of the weights, where one is needed (beta > 0)."""
+        self.ref_is_base = (
+            train_config.beta > 0
+            and hasattr(model, "disable_adapter")
+            and (ranks is None or ranks.world == 1)
+        )
+        """LoRA in one process: the reference is the base, computed by this model with its
+        adapters off (no copy: it is what the adapters started from, and stays it across
+        restarts). Across ranks the sharded model cannot run the reference out of step
+        with the policy's passes: a copy there."""
+        if train_config.beta > 0 and not self.ref_is_base:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         eos = stop_token_ids(model, tokenizer)
         self.eos_id = (
@@ -177,6 +188,21 @@ class Trainer:
             self.token_logprobs.last_padding_share * self.token_logprobs.last_tokens_computed
         )
         return lp, mask, entropies
+
+    def _reference_logprobs(self, rows: list[_Row]) -> torch.Tensor | None:
+        """Completion logprobs of `rows` under the KL reference (None: beta = 0)."""
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return self._logprobs(self.ref_model, rows)[0]
+            if not self.ref_is_base:
+                return None
+            training = self.model.training
+            self.model.eval()  # as the copy ran: no dropout
+            try:
+                with self.model.disable_adapter():
+                    return self._logprobs(self.model, rows)[0]
+            finally:
+                self.model.train(training)
 
     def _no_grad_logprobs(self, micro: list[list[_Row]], n_empty: int) -> list[torch.Tensor]:
         out = []
@@ -440,10 +466,7 @@ class Trainer:
         else:
             old_lp = lp.detach()
             w, n, tokens = self._micro_weights(mb, old_lp, stats, sums)
-        ref_lp = None
-        if self.ref_model is not None:
-            with torch.no_grad():
-                ref_lp, _, _ = self._logprobs(self.ref_model, mb)
+        ref_lp = self._reference_logprobs(mb)
         out = self.loss_fn(
             lp,
             old_lp,

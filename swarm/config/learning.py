@@ -186,7 +186,9 @@ class TrainConfig(StrictModel):
     epsilon_high: float | None = Field(None, ge=0, le=10)
     """Upper PPO clip range (DAPO clip-higher); defaults to `epsilon`."""
     beta: float = Field(0.0, ge=0)
-    """KL coefficient to the initial (reference) policy; 0 keeps no reference copy."""
+    """KL coefficient to the initial (reference) policy; 0 keeps no reference. The
+    reference is a frozen copy of the model, except with LoRA in one process: there it
+    is the base (the model with its adapters off), with no copy."""
     entropy_coef: float = Field(0.1, ge=0, le=1)
     """Entropy bonus per completion token: keeps a group's completions apart, so that a
     policy does not settle on one answer for every prompt, where its groups stop

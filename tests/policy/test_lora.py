@@ -3,6 +3,7 @@ exchange as deltas, and checkpoints export merged."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from node.deltas import model_params
 from node.policy_learner import PolicyLearner
 from policy.export import export_hf
 from policy.lora import merge_lora_tensors
-from policy.trainer import TrainGroup
+from policy.trainer import StepStats, TrainGroup
 from swarm.config import parse_config
 from swarm.errors import ConfigError
 
@@ -22,21 +23,21 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 LORA = {"enabled": True, "rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]}
 
 
-def _learner(tmp_path: Path, seed: int = 0, **lora: object) -> PolicyLearner:
+def _learner(tmp_path: Path, seed: int = 0, beta: float = 0.0, **lora: object) -> PolicyLearner:
     return PolicyLearner(
         parse_config(
             {
                 "node": {"data_dir": str(tmp_path / f"run-{seed}")},
                 "model": {"seed": seed, "lora": {**LORA, **lora}},
                 "sampler": {"group_size": 2, "max_new_tokens": 2},
-                "train": {"learning_rate": 1e-2},
+                "train": {"learning_rate": 1e-2, "beta": beta},
             }
         )
     )
 
 
-def _step(learner: PolicyLearner) -> None:
-    learner.trainer.step(
+def _step(learner: PolicyLearner) -> StepStats:
+    return learner.trainer.step(
         [TrainGroup("3=", ["3", "x"], [1.0, 0.0], local=False, finished=[True] * 2)]
     )
 
@@ -150,3 +151,20 @@ def test_lora_nodes_exchange_adapter_deltas_only(tmp_path: Path) -> None:
         not torch.equal(model_params(receiver.model)[k], v) for k, v in adapters_before.items()
     )
     assert len(packet.tensors) < 64 * 1024  # adapters of a 1M-parameter model: kilobytes
+
+
+def test_the_kl_reference_of_lora_is_the_base_without_a_copy(tmp_path: Path) -> None:
+    """beta > 0 with LoRA: the reference is the model with its adapters off, no frozen
+    copy of the weights; every step's loss and KL equal those of the copy it replaced
+    (a copy of the model with zero adapters, as the trainer made before)."""
+    base_run, copy_run = (_learner(tmp_path / name, beta=0.1) for name in ("base", "copy"))
+    assert base_run.trainer.ref_model is None and base_run.trainer.ref_is_base
+    copy_run.trainer.ref_model = copy.deepcopy(copy_run.model).eval().requires_grad_(False)
+    copy_run.trainer.ref_is_base = False
+    kls = []
+    for _ in range(3):
+        a, b = _step(base_run), _step(copy_run)
+        assert a.loss == pytest.approx(b.loss, rel=1e-6, abs=1e-9)
+        assert a.kl == pytest.approx(b.kl, rel=1e-6, abs=1e-12)
+        kls.append(a.kl)
+    assert kls[0] == 0.0 and kls[-1] > 0.0, kls  # zero adapters first: the base itself

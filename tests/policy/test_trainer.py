@@ -107,7 +107,6 @@ def test_zero_variance_groups_are_skipped_and_take_no_step() -> None:
     assert (mixed.n_groups, mixed.n_skipped, mixed.policy_version) == (1, 1, 1)
 
 
-
 def test_each_groups_mean_logprob_under_the_policy_before_the_step_is_reported() -> None:
     trainer = _trainer()
     texts = {"3": 1.0, "4": 0.0}

@@ -10,7 +10,8 @@ evaluation; each arm's last-evaluation difference to the silo arm, paired by (se
 every arm), with a 95% t-interval over the pairs (the nodes of one swarm are not
 independent of each other: read it as a lower bound on the uncertainty); cumulative own
 reward; and what the node did with peers' groups (used per round, dropped by reason,
-how the trainer treated them). `swarm report` has the reward plots.
+how the trainer treated them); and the wall and CPU time of each arm's runs
+(`cost.json`). `swarm report` has the reward plots.
 """
 
 from __future__ import annotations
@@ -122,8 +123,29 @@ def main() -> None:
             f"{', '.join(f'{k} {v}' for k, v in drops.most_common()) or '-'} | "
             f"{', '.join(f'{k} {v}' for k, v in treated.items() if v) or '-'} |"
         )
+    print_cost(args.run, list(arms), args.seed)
     if args.plot:
         _plot(arms, args.plot)
+
+
+def print_cost(run: Path, variants: list[str], seeds: list[int] | None) -> None:
+    """Per arm: wall and CPU time of its runs on this machine (`cost.json`, written by
+    `swarm simnet run` since 2026-12-05; runs without one are left out)."""
+    rows = []
+    for variant in variants:
+        costs = [
+            json.loads(path.read_text())
+            for path in sorted((run / variant).glob("seed-*/cost.json"))
+            if seeds is None or int(path.parent.name.removeprefix("seed-")) in seeds
+        ]
+        if costs:
+            wall = statistics.fmean(c["wall_s"] for c in costs) / 60
+            cpu = statistics.fmean(c["cpu_s"] + c["children_cpu_s"] for c in costs) / 60
+            rows.append(f"| {variant} | {len(costs)} | {wall:.1f} | {cpu:.1f} |")
+    if rows:
+        print("\n| arm | runs | wall, min per run | CPU, min per run (all threads and workers) |")
+        print("|---|---|---|---|")
+        print("\n".join(rows))
 
 
 def _mean(histogram: Counter[int]) -> str:

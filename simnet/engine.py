@@ -28,18 +28,24 @@ Invariants:
   from `nodes`, whose figures are the learning nodes' only.
 - Output: `<run dir>/<node>/metrics.jsonl` holds the node's own metrics records (the
   `on_round` record, one JSON line each, appended across incarnations); `<run
-  dir>/run.json` is the run summary. `run_scenario` refuses an existing non-empty run
-  dir unless `overwrite` (metrics files are appended to, as a node's are).
+  dir>/run.json` is the run summary (byte-identical for a scenario and seed);
+  `<run dir>/cost.json` what the run cost this machine (wall seconds, CPU seconds of
+  this process's threads and of the worker processes it waited for: not reproducible,
+  so apart). `run_scenario` refuses an existing non-empty run dir unless `overwrite`
+  (metrics files are appended to, as a node's are).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import resource
 import statistics
+import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -78,6 +84,29 @@ from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
 FINAL_FRACTION = 0.1
 """`final_reward` is the mean reward over the last this fraction of rounds."""
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """Wall and CPU time from `start()` on (CPU: this process's threads, and the child
+    processes it has waited for, such as re-scoring workers)."""
+
+    wall: float
+    cpu: float
+    children_cpu: float
+
+    @classmethod
+    def start(cls) -> RunCost:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return cls(time.monotonic(), time.process_time(), children.ru_utime + children.ru_stime)
+
+    def so_far(self) -> dict[str, float]:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {
+            "wall_s": round(time.monotonic() - self.wall, 1),
+            "cpu_s": round(time.process_time() - self.cpu, 1),
+            "children_cpu_s": round(children.ru_utime + children.ru_stime - self.children_cpu, 1),
+        }
 
 
 class Simulation:
@@ -473,6 +502,7 @@ class Simulation:
     def run(self) -> dict[str, Any]:
         """Run to the end (every node done or gone); write and return the run summary."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        cost = RunCost.start()
         spread = self.scenario.start_spread_s
 
         def start() -> None:
@@ -500,6 +530,7 @@ class Simulation:
                 self._shut_down(sn)
         summary = self.summary()
         (self.run_dir / "run.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+        (self.run_dir / "cost.json").write_text(json.dumps(cost.so_far(), indent=1))
         return summary
 
     def summary(self) -> dict[str, Any]:

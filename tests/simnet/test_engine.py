@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from simnet.engine import Simulation
@@ -28,6 +29,10 @@ def test_same_scenario_and_seed_give_byte_identical_metrics(tmp_path: Path) -> N
         tmp_path / "b/seed-0/run.json"
     ).read_bytes()
     assert a["configurations"] == b["configurations"]
+    # What each run cost this machine is written apart (it differs run to run).
+    cost = json.loads((tmp_path / "a/seed-0/cost.json").read_text())
+    assert set(cost) == {"wall_s", "cpu_s", "children_cpu_s"}
+    assert cost["wall_s"] > 0 and cost["cpu_s"] > 0 and cost["children_cpu_s"] >= 0
     other = run_scenario(EXAMPLES / "stub_small.toml", tmp_path / "c", seeds=[1])
     assert _metrics_bytes(tmp_path / "c" / "seed-1") != first
     assert other["runs"][0]["cumulative_reward"] != a["runs"][0]["cumulative_reward"]

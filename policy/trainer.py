@@ -35,8 +35,9 @@ only in train mode), so they compute the same function as the no-grad forwards.
 Invariants: logprobs use `log_softmax(logits / temperature)` with the sampler's
 temperature (as the sampler reports them); every forward runs in eval mode (dropout off,
 so old and new logprobs agree exactly at the first iteration); the reference policy for
-`beta > 0` is the model as it was when the trainer was built: a frozen copy, or for LoRA
-in one process the same model with its adapters off (the base; no second copy).
+`beta > 0` is a frozen copy of the model as it was when the trainer was built, or, for
+LoRA in one process, the base: the same model with its adapters off (what zero-initialized
+adapters start from), without a second copy.
 """
 
 from __future__ import annotations
@@ -113,9 +114,9 @@ class Trainer:
             and (ranks is None or ranks.world == 1)
         )
         """LoRA in one process: the reference is the base, computed by this model with its
-        adapters off (no copy: it is what the adapters started from, and stays it across
-        restarts). Across ranks the sharded model cannot run the reference out of step
-        with the policy's passes: a copy there."""
+        adapters off (no copy; the same reference after a restart from trained adapters).
+        Across ranks the sharded model cannot run the reference out of step with the
+        policy's passes: a copy there."""
         if train_config.beta > 0 and not self.ref_is_base:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         eos = stop_token_ids(model, tokenizer)
@@ -196,13 +197,10 @@ class Trainer:
                 return self._logprobs(self.ref_model, rows)[0]
             if not self.ref_is_base:
                 return None
-            training = self.model.training
-            self.model.eval()  # as the copy ran: no dropout
-            try:
-                with self.model.disable_adapter():
-                    return self._logprobs(self.model, rows)[0]
-            finally:
-                self.model.train(training)
+            # In whatever mode the step set: dropout is off in both (train mode only
+            # keeps gradient checkpointing on, which does nothing without gradients).
+            with self.model.disable_adapter():
+                return self._logprobs(self.model, rows)[0]
 
     def _no_grad_logprobs(self, micro: list[list[_Row]], n_empty: int) -> list[torch.Tensor]:
         out = []

@@ -20,6 +20,11 @@ What the library does and what replaces it:
   them). Here the oversize frame is read and discarded and the stream stays open; only
   a frame claiming more than `MAX_DISCARD_BYTES` is left to the library's reset.
   Counted as `oversize_rpc` either way.
+- Malformed inbound RPCs: a frame that does not parse as a pubsub RPC raised
+  `DecodeError` out of the library's read loop and ended the whole host (seen in a test
+  suite under load). `SwarmPubsub` counts it (`malformed_rpc`) and reads on at the next
+  frame; the `MAX_MALFORMED_RPCS`-th on one stream resets it, as the library resets one
+  after an oversize frame.
 - Signature refusals: `Pubsub.push_msg` drops an unsigned or badly signed message at
   DEBUG level; `SwarmPubsub.push_msg` counts it (`unsigned`, `bad_signature`) without
   verifying any signature a second time on the accepted path.
@@ -58,8 +63,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import ParseError
+from libp2p.io.exceptions import IOException
+from libp2p.network.connection.exceptions import RawConnError
+from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
 from libp2p.pubsub import rpc_queue as _rpc_queue
 from libp2p.pubsub.gossipsub import GossipSub
@@ -90,11 +99,14 @@ length; a larger claim (no implementation sends one) is left to the library's re
 _DISCARD_CHUNK_BYTES = 64 * 1024
 _READ_BYTES = 64 * 1024
 """How much `OversizeRpcFilter` asks of the stream at a time (what is there comes back)."""
+MAX_MALFORMED_RPCS = 16
+"""Frames that do not parse as pubsub RPCs, on one stream, before it is reset."""
 _LOG_REPEAT_S = 600.0
 _LOG_KEYS = 4096
 
 INCOMING_REASONS = (
     "oversize_rpc",
+    "malformed_rpc",
     "unsigned",
     "bad_signature",
     "equivocation",
@@ -373,7 +385,29 @@ class SwarmPubsub(Pubsub):
                 self.forward_gate.blame(peer, "oversize")
 
         filtered = OversizeRpcFilter(stream, limit, on_oversize)
-        await super().continuously_read_stream(filtered)  # type: ignore[arg-type]
+        malformed = 0
+        while True:
+            try:
+                await super().continuously_read_stream(filtered)  # type: ignore[arg-type]
+                return
+            except DecodeError as exc:
+                # The library lets this out of the stream's task, which ends the whole
+                # host. The frame was read whole (its length prefix held), so reading
+                # goes on at the next one; past MAX_MALFORMED_RPCS on one stream (its
+                # framing is lost, or the peer means it) the stream is reset as the
+                # library resets one over the size limit. Not blamed: a frame torn on
+                # the way may be no fault of the sender's.
+                malformed += 1
+                self.refusals.add(
+                    "malformed_rpc", peer, f"inbound RPC is not a pubsub RPC: {exc}"
+                )
+                if malformed >= MAX_MALFORMED_RPCS:
+                    break
+        try:
+            await stream.reset()
+        except (StreamError, IOException, RawConnError) as reset_error:
+            log.debug("resetting %s's pubsub stream: %r", peer, reset_error)
+        self._handle_dead_peer(stream.muxed_conn.peer_id)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         """The library's `push_msg`, plus a count of signature refusals.

@@ -8,6 +8,8 @@ documented behaviour of `gossip.libp2p` / `gossip.libp2p_patches`:
   still gets every message;
 - an RPC over the receiver's size limit is discarded and counted (`oversize_rpc`)
   without losing the stream: the same peer's later messages arrive at once;
+- a frame that is not a pubsub RPC is counted (`malformed_rpc`) and skipped: the host
+  lives on and the same peer's later messages arrive; a stream sending many is reset;
 - unsigned and wrongly signed GossipSub messages are counted (`unsigned`,
   `bad_signature`) and never delivered;
 - a departed peer (killed process) that was not a bootstrap peer is given up after
@@ -26,9 +28,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from libp2p.utils.varint import encode_varint_prefixed
 
 import gossip.libp2p_dialer as dialer_mod
 from gossip.libp2p import Libp2pTransport
+from gossip.libp2p_patches import MAX_MALFORMED_RPCS
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
 from swarm.transport import ForwardGate, deltas_topic
@@ -360,6 +364,7 @@ def test_unsigned_and_badly_signed_messages_are_counted_and_not_delivered() -> N
             print(f"\nforged messages: receiver refusals {refused}")
             assert refused == {
                 "oversize_rpc": 0,
+                "malformed_rpc": 0,
                 "unsigned": 1,
                 "bad_signature": 2,
                 "equivocation": 0,
@@ -496,5 +501,73 @@ def test_a_peer_without_peerstore_entry_is_given_up_without_crashing_the_transpo
         finally:
             await leaver.stop()
             await node.stop()
+
+    asyncio.run(main())
+
+
+def test_a_malformed_rpc_resets_one_stream_and_the_host_lives_on() -> None:
+    """A frame that is not a pubsub RPC (a peer's bug, or torn under load: a suite run on
+    2026-12-05 saw one end a whole host, whose next publish then failed) is counted as
+    `malformed_rpc` and skipped: the receiver keeps running and the same peer's later
+    messages arrive; `MAX_MALFORMED_RPCS` of them reset the stream, and the host still
+    runs."""
+
+    async def main() -> None:
+        receiver = await start()
+        sender = await start(bootstrap=receiver.listen_addrs())
+        collector = Collector(receiver)
+        topic = "swarm/x/rollouts"
+        try:
+            await receiver.subscribe(topic)
+            await sender.subscribe(topic)
+            await wait_mesh(sender, topic, receiver.peer_id)
+
+            async def send_garbage(frames: int) -> None:
+                assert sender._pubsub is not None
+                stream = next(
+                    stream
+                    for pid, stream in sender._pubsub.peers.items()
+                    if pid.to_base58() == receiver.peer_id
+                )
+                for _ in range(frames):
+                    await stream.write(encode_varint_prefixed(b"\x0f" * 16))  # wire type 7
+
+            await sender._call(send_garbage, 1)
+            await until(
+                lambda: receiver.stats()["refused_incoming_by_reason"]["malformed_rpc"] >= 1,
+                15.0,
+                lambda: f"no malformed_rpc counted: {receiver.stats()}",
+            )
+            t0 = time.monotonic()
+            sent = 0
+            while not collector.messages:  # one a second: the first may meet a dead stream
+                assert time.monotonic() - t0 < 30.0, f"nothing after the reset: {receiver.stats()}"
+                await sender.publish(topic, b"later-%d" % sent)
+                sent += 1
+                await asyncio.sleep(1.0)
+            print(f"\nmalformed: a later message arrived after {time.monotonic() - t0:.2f} s")
+            assert {via for _, _, via in collector.messages} == {sender.peer_id}
+            assert receiver.stats()["refused_incoming_by_reason"]["malformed_rpc"] == 1
+            # A stream that keeps sending them is reset at the cap (the first counts),
+            # the frames after it never read; the host still runs.
+            await sender._call(send_garbage, MAX_MALFORMED_RPCS + 4)
+            await until(
+                lambda: (
+                    receiver.stats()["refused_incoming_by_reason"]["malformed_rpc"]
+                    >= MAX_MALFORMED_RPCS
+                ),
+                15.0,
+                lambda: f"not all counted: {receiver.stats()}",
+            )
+            await asyncio.sleep(1.0)
+            assert receiver.stats()["refused_incoming_by_reason"]["malformed_rpc"] == (
+                MAX_MALFORMED_RPCS
+            )
+            await receiver.publish(topic, b"still-here")
+            assert receiver.connected_peers() == [sender.peer_id]
+        finally:
+            await collector.close()
+            await sender.stop()
+            await receiver.stop()
 
     asyncio.run(main())

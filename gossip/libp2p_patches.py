@@ -20,6 +20,10 @@ What the library does and what replaces it:
   them). Here the oversize frame is read and discarded and the stream stays open; only
   a frame claiming more than `MAX_DISCARD_BYTES` is left to the library's reset.
   Counted as `oversize_rpc` either way.
+- Torn outbound RPCs: yamux sends a frame over the peer's window in pieces, releasing
+  its lock between them, and the library's several writers to one pubsub stream (the
+  queue's sender, GossipSub's flushes and IWANT replies) could interleave their frames.
+  `SwarmPubsub.write_msg` writes one RPC at a time per stream.
 - Malformed inbound RPCs: a frame that does not parse as a pubsub RPC raised
   `DecodeError` out of the library's read loop and ended the whole host (seen in a test
   suite under load). `SwarmPubsub` counts it (`malformed_rpc`) and reads on at the next
@@ -59,10 +63,12 @@ import contextvars
 import hashlib
 import logging
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+import trio
 from google.protobuf.message import DecodeError
 from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import ParseError
@@ -368,6 +374,10 @@ class SwarmPubsub(Pubsub):
             _HERE,
         )  # fmt: skip
         self.peer_queues = PeerQueues(max_rpc_bytes, max_queued_bytes)
+        self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        """One lock per pubsub stream (`write_msg`), gone with the stream."""
         # Our messages' seqnos count on from the wall clock in nanoseconds (go-libp2p's
         # choice), not seconds: see the module docstring.
         self.counter = time.time_ns()
@@ -408,6 +418,19 @@ class SwarmPubsub(Pubsub):
         except (StreamError, IOException, RawConnError) as reset_error:
             log.debug("resetting %s's pubsub stream: %r", peer, reset_error)
         self._handle_dead_peer(stream.muxed_conn.peer_id)
+
+    async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
+        """The library's `write_msg`, one RPC frame at a time per stream.
+
+        yamux writes a frame larger than the peer's window in pieces and lets go of its
+        lock while it waits for the window to open: another writer's frame (the queue's
+        sender, GossipSub's flush of pending messages or its replies to IWANT) then went
+        out between the pieces, and the peer read a torn RPC."""
+        lock = self._write_locks.get(stream)
+        if lock is None:
+            lock = self._write_locks[stream] = trio.Lock()
+        async with lock:
+            return await super().write_msg(stream, rpc_msg)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         """The library's `push_msg`, plus a count of signature refusals.

@@ -91,6 +91,7 @@ def check_pubsub(r: Reaches) -> None:
     r.calls(Pubsub, "push_msg", ("_is_msg_seen", "_mark_msg_seen", "notify_subscriptions"),
             _PATCHES)  # fmt: skip
     r.attr(Pubsub, "continuously_read_stream", _PATCHES, params=("stream",))
+    r.attr(Pubsub, "write_msg", _PATCHES, params=("stream", "rpc_msg"))
     r.calls(Pubsub, "stream_handler", ("continuously_read_stream",), _PATCHES)
     r.calls(Pubsub, "_handle_new_peer", ("RpcQueue", "peer_queues"), _PATCHES)
     handle_new_peer = getattr(Pubsub, "_handle_new_peer", None)

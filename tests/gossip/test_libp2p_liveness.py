@@ -59,6 +59,12 @@ async def start(gate: ForwardGate | None = None, **config: Any) -> Libp2pTranspo
     return transport
 
 
+def pubsub_stream(transport: Libp2pTransport, peer_id: str) -> Any:
+    """`transport`'s pubsub stream to `peer_id` (call in its trio thread)."""
+    assert transport._pubsub is not None
+    return next(s for pid, s in transport._pubsub.peers.items() if pid.to_base58() == peer_id)
+
+
 def blame_recorder(blamed: list[tuple[str, str]]) -> ForwardGate:
     """A gate that passes everything and records what the transport blames on whom."""
     return ForwardGate(
@@ -237,12 +243,7 @@ def test_oversize_rpc_is_discarded_and_the_same_peers_later_messages_arrive() ->
 
             async def stream_to_receiver() -> object:
                 """The sender's pubsub stream to the receiver (the one the RPCs go on)."""
-                assert sender._pubsub is not None
-                return next(
-                    stream
-                    for pid, stream in sender._pubsub.peers.items()
-                    if pid.to_base58() == receiver.peer_id
-                )
+                return pubsub_stream(sender, receiver.peer_id)
 
             stream_before = await sender._call(stream_to_receiver)
             await sender.publish(topic, b"\x01" * 5_000_000)
@@ -523,12 +524,7 @@ def test_a_malformed_rpc_resets_one_stream_and_the_host_lives_on() -> None:
             await wait_mesh(sender, topic, receiver.peer_id)
 
             async def send_garbage(frames: int) -> None:
-                assert sender._pubsub is not None
-                stream = next(
-                    stream
-                    for pid, stream in sender._pubsub.peers.items()
-                    if pid.to_base58() == receiver.peer_id
-                )
+                stream = pubsub_stream(sender, receiver.peer_id)
                 for _ in range(frames):
                     await stream.write(encode_varint_prefixed(b"\x0f" * 16))  # wire type 7
 

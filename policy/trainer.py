@@ -43,13 +43,13 @@ adapters start from), without a second copy.
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from collections import defaultdict
 from typing import Any
 
 import torch
 
+from policy.kl_reference import KLReference
 from policy.losses import LOSSES, loss_normalizer
 from policy.micro_batches import micro_batches
 from policy.offpolicy import plausible, tis_or_one
@@ -106,19 +106,8 @@ class Trainer:
             sampler_config.max_new_tokens if sampler_config is not None else None
         )
         self.loss_fn = LOSSES[train_config.loss_type]
-        self.ref_model = None
-        """The KL reference's own copy of the weights, where one is needed (beta > 0)."""
-        self.ref_is_base = (
-            train_config.beta > 0
-            and hasattr(model, "disable_adapter")
-            and (ranks is None or ranks.world == 1)
-        )
-        """LoRA in one process: the reference is the base, computed by this model with its
-        adapters off (no copy; the same reference after a restart from trained adapters).
-        Across ranks the sharded model cannot run the reference out of step with the
-        policy's passes: a copy there."""
-        if train_config.beta > 0 and not self.ref_is_base:
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.reference = KLReference(model, train_config.beta, ranks is None or ranks.world == 1)
+        """The KL reference (`policy.kl_reference`): none, the LoRA base, or a copy."""
         eos = stop_token_ids(model, tokenizer)
         self.eos_id = (
             tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos, default=None)
@@ -189,18 +178,6 @@ class Trainer:
             self.token_logprobs.last_padding_share * self.token_logprobs.last_tokens_computed
         )
         return lp, mask, entropies
-
-    def _reference_logprobs(self, rows: list[_Row]) -> torch.Tensor | None:
-        """Completion logprobs of `rows` under the KL reference (None: beta = 0)."""
-        with torch.no_grad():
-            if self.ref_model is not None:
-                return self._logprobs(self.ref_model, rows)[0]
-            if not self.ref_is_base:
-                return None
-            # In whatever mode the step set: dropout is off in both (train mode only
-            # keeps gradient checkpointing on, which does nothing without gradients).
-            with self.model.disable_adapter():
-                return self._logprobs(self.model, rows)[0]
 
     def _no_grad_logprobs(self, micro: list[list[_Row]], n_empty: int) -> list[torch.Tensor]:
         out = []
@@ -464,7 +441,7 @@ class Trainer:
         else:
             old_lp = lp.detach()
             w, n, tokens = self._micro_weights(mb, old_lp, stats, sums)
-        ref_lp = self._reference_logprobs(mb)
+        ref_lp = self.reference.logprobs(lambda m: self._logprobs(m, mb)[0])
         out = self.loss_fn(
             lp,
             old_lp,

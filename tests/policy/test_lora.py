@@ -158,9 +158,10 @@ def test_the_kl_reference_of_lora_is_the_base_without_a_copy(tmp_path: Path) -> 
     copy of the weights; every step's loss and KL equal those of the copy it replaced
     (a copy of the model with zero adapters, as the trainer made before)."""
     base_run, copy_run = (_learner(tmp_path / name, beta=0.1) for name in ("base", "copy"))
-    assert base_run.trainer.ref_model is None and base_run.trainer.ref_is_base
-    copy_run.trainer.ref_model = copy.deepcopy(copy_run.model).eval().requires_grad_(False)
-    copy_run.trainer.ref_is_base = False
+    assert base_run.trainer.reference.copy is None and base_run.trainer.reference.is_base
+    reference = copy_run.trainer.reference
+    reference.copy = copy.deepcopy(copy_run.model).eval().requires_grad_(False)
+    reference.is_base = False
     kls = []
     for _ in range(3):
         a, b = _step(base_run), _step(copy_run)

@@ -30,7 +30,7 @@ Invariants:
   raises `ValueError` for a payload over `max_message_bytes` (the caller's bug: gossip
   chunks) and `ConnectionError` only after `stop` or a crash of the transport itself.
 - What the transport refuses from peers is counted by reason in
-  `stats()["refused_incoming_by_reason"]` (see `gossip.libp2p_patches`): `oversize_rpc`
+  `stats()["refused_incoming_by_reason"]` (see `gossip.libp2p_refusals`): `oversize_rpc`
   (an RPC over `max_inbound_rpc_size`: read and discarded, the stream and the peer's
   later messages survive), `unsigned` and `bad_signature` (GossipSub messages failing
   strict signing), `equivocation`, `not_forwarded` (refused by the gossip layer's
@@ -115,13 +115,9 @@ from gossip.libp2p_dialer import Redialer
 from gossip.libp2p_host import new_routers, new_swarm_host
 from gossip.libp2p_inbound import InboundHandler
 from gossip.libp2p_listen import announced_addrs, refuse_unusable_listen
-from gossip.libp2p_patches import (
-    BoundedPriorityQueue,
-    Refusals,
-    SwarmGossipSub,
-    SwarmPubsub,
-    refused_rpcs,
-)
+from gossip.libp2p_patches import SwarmGossipSub, SwarmPubsub
+from gossip.libp2p_queues import BoundedPriorityQueue, refused_rpcs
+from gossip.libp2p_refusals import Refusals
 from gossip.nat import NatTraversal, peer_links
 from gossip.peer_exchange import PeerExchange
 from swarm.config.network import Libp2pTransportConfig

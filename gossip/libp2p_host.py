@@ -38,8 +38,9 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 
 from gossip.libp2p_dialer import disable_auto_connector, quiet_dial_failures
 from gossip.libp2p_inbound import InboundHandler, InboundSlots, install_inbound_slots
-from gossip.libp2p_patches import Refusals, SwarmGossipSub, SwarmPubsub
+from gossip.libp2p_patches import SwarmGossipSub, SwarmPubsub
 from gossip.libp2p_records import cache_sender_records, keep_rpcs_with_older_records
+from gossip.libp2p_refusals import Refusals
 from gossip.libp2p_selfcheck import check_libp2p_internals
 from gossip.peer_exchange import connection_limits
 from swarm.config.network import Libp2pTransportConfig

@@ -9,17 +9,11 @@ the pin), and the instances the library's constructors build are checked here
 `gossip.libp2p` composes these pieces.
 
 What the library does and what replaces it:
-- Outbound queues (`BoundedPriorityQueue`, `PeerQueues`): bounded by RPC count and
-  bytes. While `refused_rpcs` is set (our own publish), a message is refused for a peer
-  whose queue lacks `_QUEUE_SLACK_RPCS` free slots or the bytes, and the peer is
-  reported: the publish skips that slow peer instead of waiting for it.
-- Oversize inbound RPCs (`OversizeRpcFilter`): the library reads a frame's length,
-  raises `MessageTooLarge`, resets the pubsub stream and forgets the peer's
-  subscriptions; the peer's later valid messages are lost until it notices and opens a
-  new stream (and our messages to it wait in GossipSub's pending queue, which drops
-  them). Here the oversize frame is read and discarded and the stream stays open; only
-  a frame claiming more than `MAX_DISCARD_BYTES` is left to the library's reset.
-  Counted as `oversize_rpc` either way.
+- Outbound queues, bounded by RPC count and bytes, a slow peer skipped by our publish:
+  `gossip.libp2p_queues` (installed by `SwarmPubsub`).
+- Oversize inbound RPCs, read and discarded with the stream kept instead of a reset that
+  loses the peer's subscriptions: `gossip.libp2p_oversize` (wrapped around each stream
+  by `SwarmPubsub`), counted as `oversize_rpc` either way.
 - Torn outbound RPCs: yamux sends a frame over the peer's window in pieces, releasing
   its lock between them, and the library's several writers to one pubsub stream (the
   queue's sender, GossipSub's flushes and IWANT replies) could interleave their frames.
@@ -53,39 +47,39 @@ What the library does and what replaces it:
 - Sender records (the signed peer record on every pubsub RPC): `gossip.libp2p_records`.
 - Mesh pruning: above `degree_high` the library prunes random mesh peers;
   `SwarmGossipSub` prunes by delivery instead (`gossip.libp2p_mesh`).
-Every refusal is counted in one `Refusals` (read by `Libp2pTransport.stats()`), and
-logged once per (reason, peer) per `_LOG_REPEAT_S`, never once per message.
+Every refusal is counted in one `Refusals` (`gossip.libp2p_refusals`, read by
+`Libp2pTransport.stats()`), and logged once per (reason, peer) per 10 minutes, never once
+per message.
 """
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import logging
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import trio
 from google.protobuf.message import DecodeError
 from libp2p.abc import IHost, INetStream
-from libp2p.exceptions import ParseError
 from libp2p.io.exceptions import IOException
 from libp2p.network.connection.exceptions import RawConnError
 from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
-from libp2p.pubsub import rpc_queue as _rpc_queue
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.mcache import MessageCache, default_msg_id_fn
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.validators import signature_validator
-from libp2p.utils.varint import decode_uvarint
 
 from gossip.libp2p_forward_gate import refused_by_gate
 from gossip.libp2p_mesh import DeliveryRankedPruning
+from gossip.libp2p_oversize import OversizeRpcFilter
+from gossip.libp2p_queues import PeerQueues
+from gossip.libp2p_refusals import Refusals
 from gossip.libp2p_selfcheck import check_instance, reaches
 from swarm.bounded import BoundedDict
 from swarm.transport import ForwardGate
@@ -93,34 +87,11 @@ from swarm.transport import ForwardGate
 log = logging.getLogger("gossip.libp2p")
 _HERE = "gossip/libp2p_patches.py"
 
-_MAX_QUEUED_RPCS = 4096
-_QUEUE_SLACK_RPCS = 16
-"""Publishes wait while a peer's queue has fewer than this many free RPC slots, so
-control messages and relayed traffic still fit."""
 _EQUIVOCATION_MEMORY = 16384
 _ADAPTIVE_LIST_WINDOW_S = 60.0
-MAX_DISCARD_BYTES = 256 << 20
-"""An inbound RPC frame over the size limit is read and discarded up to this claimed
-length; a larger claim (no implementation sends one) is left to the library's reset."""
-_DISCARD_CHUNK_BYTES = 64 * 1024
-_READ_BYTES = 64 * 1024
-"""How much `OversizeRpcFilter` asks of the stream at a time (what is there comes back)."""
 MAX_MALFORMED_RPCS = 16
 """Frames that do not parse as pubsub RPCs, on one stream, before it is reset."""
-_LOG_REPEAT_S = 600.0
-_LOG_KEYS = 4096
 
-INCOMING_REASONS = (
-    "oversize_rpc",
-    "malformed_rpc",
-    "unsigned",
-    "bad_signature",
-    "equivocation",
-    "not_forwarded",
-    "ignored_forwarder",
-    "forwarder_rate_limited",
-)
-"""Reasons for refusing what a peer sent (`Refusals.counts`)."""
 FORWARDER_RATE_PER_S = 2000.0
 FORWARDER_BURST = 10_000.0
 """Messages a connected peer may hand us per topic: a burst of 10,000, then 2,000 a
@@ -128,218 +99,6 @@ second, whoever signed them (per-sender limits live in the gossip layer). The li
 own limit kept a list of timestamps per peer and topic, rebuilt on every message (its
 cost grows with the rate allowed); this is a token bucket."""
 _FORWARDER_BUCKETS = 4096
-OUTGOING_REASONS = ("skipped_slow_peer",)
-"""Reasons for not sending our own message to a peer."""
-
-# Set (to a list) by our publish task while it runs pubsub.publish; the outbound queue
-# records the peers it refused our message for. trio tasks each have their own context,
-# so refusals of RPCs relayed by other tasks are never attributed to our publish.
-refused_rpcs: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "swarm_libp2p_refused_rpcs", default=None
-)
-
-
-class Refusals:
-    """Counts of what the transport refused, by reason, and their rate-limited log.
-
-    Invariants: `counts` has a fixed key set (every reason, from the start), so another
-    thread may copy it at any time while the trio thread increments; an unknown reason
-    raises `KeyError` (our bug). A (reason, peer) pair is logged at WARNING the first
-    time and again at most once per `_LOG_REPEAT_S` (with the number since), otherwise
-    at DEBUG; at most `_LOG_KEYS` pairs are remembered.
-    """
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = dict.fromkeys(INCOMING_REASONS + OUTGOING_REASONS, 0)
-        self._logged: OrderedDict[tuple[str, str], tuple[float, int]] = OrderedDict()
-
-    def add(self, reason: str, peer: str, detail: str) -> None:
-        """Count one refusal of `reason` concerning `peer`; `detail` goes to the log."""
-        self.counts[reason] += 1
-        key = (reason, peer)
-        now = time.monotonic()
-        last = self._logged.get(key)
-        if last is not None and now - last[0] < _LOG_REPEAT_S:
-            self._logged[key] = (last[0], last[1] + 1)
-            log.debug("%s (peer %s): %s", reason, peer, detail)
-            return
-        since = f"; {last[1]} more since the last report" if last is not None and last[1] else ""
-        log.warning(
-            "%s (peer %s): %s%s (counted in stats; repeats are logged at DEBUG for %.0f s)",
-            reason,
-            peer,
-            detail,
-            since,
-            _LOG_REPEAT_S,
-        )
-        self._logged[key] = (now, 0)
-        self._logged.move_to_end(key)
-        while len(self._logged) > _LOG_KEYS:
-            self._logged.popitem(last=False)
-
-    def incoming(self) -> dict[str, int]:
-        return {reason: self.counts[reason] for reason in INCOMING_REASONS}
-
-
-class BoundedPriorityQueue(_rpc_queue.PriorityQueue):
-    """The library's per-peer outbound queue, bounded by RPC count and by bytes."""
-
-    def __init__(self, max_size: int, max_bytes: int, peer: str) -> None:
-        super().__init__(max_size)
-        self.max_bytes = max_bytes
-        self.queued_bytes = 0
-        self.refused = 0
-        self._peer = peer
-        self._sizes: dict[int, deque[int]] = {}
-
-    def push(self, rpc: rpc_pb2.RPC, priority: bool = False) -> bool:
-        size = rpc.ByteSize()
-        report = refused_rpcs.get() if len(rpc.publish) else None
-        # Our own message needs slack left over (relayed and control RPCs still fit);
-        # anything else only the hard bounds.
-        full = (
-            not self.has_room(size)
-            if report is not None
-            else len(self) >= self.max_size or self.queued_bytes + size > self.max_bytes
-        )
-        if full:
-            self.refused += 1
-            if report is not None:
-                report.append(self._peer)
-            return False
-        ok = super().push(rpc, priority)
-        if ok:
-            self.queued_bytes += size
-            self._sizes.setdefault(id(rpc), deque()).append(size)
-        return ok
-
-    def pop(self) -> rpc_pb2.RPC | None:
-        rpc = super().pop()
-        if rpc is not None:
-            sizes = self._sizes.get(id(rpc))
-            if sizes:
-                self.queued_bytes -= sizes.popleft()
-                if not sizes:
-                    del self._sizes[id(rpc)]
-        return rpc
-
-    def has_room(self, size: int) -> bool:
-        return (
-            len(self) + _QUEUE_SLACK_RPCS <= self.max_size
-            and self.queued_bytes + size <= self.max_bytes
-        )
-
-
-class PeerQueues(dict[ID, _rpc_queue.RpcQueue]):
-    """`Pubsub.peer_queues`, resizing each new peer's queue before anything is pushed.
-
-    `Pubsub._handle_new_peer` builds `RpcQueue()` with the defaults (32 RPCs, 1 MiB
-    RPCs) and stores it here before any task can push to it.
-    """
-
-    def __init__(self, max_rpc_bytes: int, max_queued_bytes: int) -> None:
-        super().__init__()
-        self._max_rpc_bytes = max_rpc_bytes
-        self._max_queued_bytes = max_queued_bytes
-
-    def __setitem__(self, peer_id: ID, queue: _rpc_queue.RpcQueue) -> None:
-        check_instance(queue, [("_queue", _rpc_queue.PriorityQueue)], _HERE)
-        if len(queue) == 0 and not isinstance(queue._queue, BoundedPriorityQueue):
-            queue.max_message_size = self._max_rpc_bytes
-            queue._queue = BoundedPriorityQueue(
-                _MAX_QUEUED_RPCS, self._max_queued_bytes, peer_id.to_base58()
-            )
-        super().__setitem__(peer_id, queue)
-
-
-class OversizeRpcFilter:
-    """A pubsub stream as `Pubsub.continuously_read_stream` reads it, minus oversize RPCs.
-
-    Reads the varint length of each RPC frame itself. A frame within `limit` is handed
-    through unchanged (prefix, then body); a frame over `limit` but at most
-    `MAX_DISCARD_BYTES` is read and thrown away in `_DISCARD_CHUNK_BYTES` pieces (the
-    sender pays its bandwidth; the stream, the peer's subscriptions and its later RPCs
-    survive) and reported to `on_oversize(length, True)`; a larger claim is reported with
-    `False` and handed through, so the library raises `MessageTooLarge` and resets the
-    stream. A malformed or truncated prefix is handed through as read, so the library
-    raises as it would have. Everything else is the wrapped stream's.
-
-    The stream is read `_READ_BYTES` at a time into a buffer the frames are cut from. Read
-    a byte at a time (the library's varint reader), each read of a yamux stream sent a
-    window update, i.e. an encrypted frame and a socket write per byte of each prefix:
-    ~20% of the transport thread under a flood.
-    """
-
-    def __init__(
-        self, stream: INetStream, limit: int, on_oversize: Callable[[int, bool], None]
-    ) -> None:
-        self._stream = stream
-        self._limit = limit
-        self._on_oversize = on_oversize
-        self._prefix = b""
-        self._body_left = 0
-        self._buffer = b""
-        self._at = 0
-        """`_buffer[_at:]` was read from the stream and not handed on yet."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-    async def read(self, n: int | None = None) -> bytes:
-        if n is None or n < 0:
-            raise ValueError("OversizeRpcFilter reads bounded pieces only")
-        if not self._prefix and self._body_left == 0:
-            await self._next_frame()
-        if self._prefix:
-            piece, self._prefix = self._prefix[:n], self._prefix[n:]
-            return piece
-        if self._body_left:
-            piece = await self._take(min(n, self._body_left))
-            self._body_left -= len(piece)
-            return piece
-        return b""
-
-    async def _take(self, n: int) -> bytes:
-        """Up to `n` bytes of the stream (b"" at its end): buffered ones first."""
-        if self._at == len(self._buffer):
-            if n >= _READ_BYTES:
-                return await self._stream.read(n)  # a large body: no copy through here
-            self._buffer, self._at = await self._stream.read(_READ_BYTES), 0
-        piece = self._buffer[self._at : self._at + n]
-        self._at += len(piece)
-        return piece
-
-    async def _next_frame(self) -> None:
-        while True:
-            prefix = bytearray()
-            while True:
-                byte = await self._take(1)
-                if not byte:
-                    self._prefix = bytes(prefix)  # truncated: the library reports it
-                    return
-                prefix += byte
-                if not byte[0] & 0x80:
-                    break
-                if len(prefix) >= 10:
-                    self._prefix = bytes(prefix)  # not a 64-bit varint: ParseError there
-                    return
-            try:
-                length = decode_uvarint(bytes(prefix))
-            except ParseError:
-                self._prefix = bytes(prefix)  # over 64 bits: the library raises too
-                return
-            if length <= self._limit or length > MAX_DISCARD_BYTES:
-                if length > self._limit:
-                    self._on_oversize(length, False)
-                self._prefix, self._body_left = bytes(prefix), length
-                return
-            left = length
-            while left:
-                piece = await self._take(min(left, _DISCARD_CHUNK_BYTES))
-                if not piece:
-                    return  # the stream ended: the library sees that at the next read
-                left -= len(piece)
-            self._on_oversize(length, True)
 
 
 class SwarmPubsub(Pubsub):

@@ -56,6 +56,7 @@ PINNED_SOURCES = {
 0.8.1): any change to them, not only a missing name, needs a reading."""
 
 _PATCHES = "gossip/libp2p_patches.py"
+_QUEUES = "gossip/libp2p_queues.py"
 _MESH = "gossip/libp2p_mesh.py"
 _GATE = "gossip/libp2p_forward_gate.py"
 _RECORDS = "gossip/libp2p_records.py"
@@ -71,7 +72,7 @@ def reaches() -> Reaches:
 
 def _stores_item(function: Any, attribute: str) -> bool:
     """Whether `function` assigns an item of `self.<attribute>` (`x.attribute[k] = v`):
-    a `dict` subclass there sees the store (`gossip.libp2p_patches.PeerQueues`)."""
+    a `dict` subclass there sees the store (`gossip.libp2p_queues.PeerQueues`)."""
     previous: list[dis.Instruction] = []
     for ins in dis.get_instructions(function):
         if ins.opname == "STORE_SUBSCR" and any(
@@ -93,21 +94,21 @@ def check_pubsub(r: Reaches) -> None:
     r.attr(Pubsub, "continuously_read_stream", _PATCHES, params=("stream",))
     r.attr(Pubsub, "write_msg", _PATCHES, params=("stream", "rpc_msg"))
     r.calls(Pubsub, "stream_handler", ("continuously_read_stream",), _PATCHES)
-    r.calls(Pubsub, "_handle_new_peer", ("RpcQueue", "peer_queues"), _PATCHES)
+    r.calls(Pubsub, "_handle_new_peer", ("RpcQueue", "peer_queues"), _QUEUES)
     handle_new_peer = getattr(Pubsub, "_handle_new_peer", None)
     if handle_new_peer is not None and not _stores_item(handle_new_peer, "peer_queues"):
-        r.problem("Pubsub._handle_new_peer no longer stores peer_queues[peer]", _PATCHES)
+        r.problem("Pubsub._handle_new_peer no longer stores peer_queues[peer]", _QUEUES)
     r.calls(Pubsub, "_next_seqno", ("counter",), _PATCHES)
     # Each peer's outbound queue: its PriorityQueue `_queue` is swapped for a bounded one.
     queue = rpc_queue.RpcQueue()
-    inner = r.attr(queue, "_queue", _PATCHES, kind=rpc_queue.PriorityQueue)
-    r.attr(queue, "max_message_size", _PATCHES, kind=int)
+    inner = r.attr(queue, "_queue", _QUEUES, kind=rpc_queue.PriorityQueue)
+    r.attr(queue, "max_message_size", _QUEUES, kind=int)
     for method in ("push", "pop", "__len__"):
-        r.calls(rpc_queue.RpcQueue, method, ("_queue",), _PATCHES)
+        r.calls(rpc_queue.RpcQueue, method, ("_queue",), _QUEUES)
     if inner is not None:
-        r.attr(inner, "max_size", _PATCHES, kind=int)
-    r.attr(rpc_queue.PriorityQueue, "push", _PATCHES, params=("rpc", "priority"))
-    r.attr(rpc_queue.PriorityQueue, "pop", _PATCHES)
+        r.attr(inner, "max_size", _QUEUES, kind=int)
+    r.attr(rpc_queue.PriorityQueue, "push", _QUEUES, params=("rpc", "priority"))
+    r.attr(rpc_queue.PriorityQueue, "pop", _QUEUES)
 
 
 def check_router(r: Reaches) -> None:

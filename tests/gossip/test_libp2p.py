@@ -299,7 +299,7 @@ def test_two_in_process_transports_exchange_max_size_and_bursts() -> None:
 def test_outbound_queue_bounds_bytes_and_reports_refusals_to_the_publisher() -> None:
     from libp2p.pubsub.pb import rpc_pb2
 
-    from gossip import libp2p_patches as mod
+    from gossip import libp2p_queues as mod
 
     queue = mod.BoundedPriorityQueue(max_size=100, max_bytes=250_000, peer="peer-x")
     rpc = rpc_pb2.RPC(publish=[rpc_pb2.Message(data=b"x" * 100_000, topicIDs=["t"])])

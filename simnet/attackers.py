@@ -63,7 +63,7 @@ from gossip.layer import envelope_limits
 from rewards.mixture import TaskStream
 from rewards.registry import score_group
 from rewards.tasks import make_task
-from simnet.scenario import ATTACK_BEHAVIORS
+from simnet.scenario import ATTACK_BEHAVIORS, HostileSpec
 from swarm.codec import Limits, unpack
 from swarm.config import NodeConfig
 from swarm.envelope import decode_envelope, seal
@@ -104,6 +104,18 @@ class AttackSettings:
     groups_per_batch: int
     attack_after_s: float = 0.0
     """`signal_bait_farmed`: virtual seconds of honest-looking work before the attack."""
+
+    @classmethod
+    def of(cls, behavior: str, spec: HostileSpec) -> AttackSettings:
+        """The settings of a scenario's attacker group (`behavior`, `[nodes.hostile]`)."""
+        return cls(
+            behavior,
+            spec.every_s,
+            spec.flood_messages,
+            spec.sybil_keys,
+            spec.groups_per_batch,
+            spec.attack_after_s,
+        )
 
 
 class Attacker:

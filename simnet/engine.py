@@ -39,25 +39,22 @@ from __future__ import annotations
 
 import json
 import random
-import resource
 import statistics
-import time
-from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gossip.layer import Gossip
 from gossip.memory import MemoryTransport
-from node.learner import Learner, SampleResult, TrainResult
+from node.learner import SampleResult, TrainResult
 from node.metrics import MetricsWriter
 from node.runner import Node, RoundReport
 from simnet.attackers import Attacker, AttackSettings
 from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
+from simnet.run_summary import RunCost, attacker_summary, node_summary
 from simnet.scenario import (
     MANY_KEYS,
     ChurnFault,
@@ -75,38 +72,12 @@ from simnet.sim_nodes import (
     derive,
     derive_bytes,
     fewer_young_gc_passes,
+    make_learner,
 )
-from simnet.stub import StubLearner, competence_of
 from swarm.config import parse_config
 from swarm.identity import Identity
 from swarm.messages import Hello
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
-
-FINAL_FRACTION = 0.1
-"""`final_reward` is the mean reward over the last this fraction of rounds."""
-
-
-@dataclass(frozen=True)
-class RunCost:
-    """Wall and CPU time from `start()` on (CPU: this process's threads, and the child
-    processes it has waited for, such as re-scoring workers)."""
-
-    wall: float
-    cpu: float
-    children_cpu: float
-
-    @classmethod
-    def start(cls) -> RunCost:
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return cls(time.monotonic(), time.process_time(), children.ru_utime + children.ru_stime)
-
-    def so_far(self) -> dict[str, float]:
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return {
-            "wall_s": round(time.monotonic() - self.wall, 1),
-            "cpu_s": round(time.process_time() - self.cpu, 1),
-            "children_cpu_s": round(children.ru_utime + children.ru_stime - self.children_cpu, 1),
-        }
 
 
 class Simulation:
@@ -177,32 +148,6 @@ class Simulation:
                 index += 1
         return plans
 
-    def _make_learner(self, plan: NodePlan) -> Learner:
-        config = plan.config
-        if plan.group.model == "stub":
-            return StubLearner(
-                config.sampler.group_size,
-                config.rewards,
-                plan.group.stub.skill,
-                plan.group.stub.rate,
-                competence=competence_of(plan.group.stub),
-            )
-        from node.policy_learner import PolicyLearner  # torch: only for real models
-
-        if plan.group.behavior == "poison_deltas":
-            from simnet.hostile import PoisonLearner
-
-            learner: PolicyLearner = PoisonLearner(config)
-        else:
-            learner = PolicyLearner(config)
-        warmstart = self.scenario.warmstart
-        if warmstart is not None:
-            from simnet.base_model import apply_base, base_state
-
-            seed = derive(self.seed, "base", plan.group.model)
-            apply_base(learner, base_state(plan.group.model, seed, warmstart))
-        return learner
-
     # ---- lifecycle -------------------------------------------------------------------
 
     def _join_attacker(self, sn: SimNode, delay: float) -> None:
@@ -212,16 +157,8 @@ class Simulation:
             Identity.from_seed(derive_bytes(self.seed, plan.name, "sybil", i))
             for i in range(1, spec.sybil_keys if plan.group.behavior in MANY_KEYS else 1)
         ]
-        settings = AttackSettings(
-            plan.group.behavior,
-            spec.every_s,
-            spec.flood_messages,
-            spec.sybil_keys,
-            spec.groups_per_batch,
-            spec.attack_after_s,
-        )
         sn.attacker = Attacker(
-            settings,
+            AttackSettings.of(plan.group.behavior, spec),
             plan.config,
             [plan.identity, *extra],
             partial(self.link.publish, plan.index),
@@ -258,7 +195,9 @@ class Simulation:
             initial_seq=int(self.scheduler.now * 1_000_000),
         )
         rng = random.Random(derive(self.seed, "compute", plan.name, sn.incarnation))
-        learner = TimedLearner(self._make_learner(plan), plan.compute, rng)
+        learner = TimedLearner(
+            make_learner(plan, self.scenario.warmstart, self.seed), plan.compute, rng
+        )
         node = Node(
             config,
             gossip,
@@ -535,7 +474,7 @@ class Simulation:
 
     def summary(self) -> dict[str, Any]:
         rounds = self.scenario.rounds
-        nodes = [self._node_summary(sn) for sn in self.nodes if sn.attacker is None]
+        nodes = [node_summary(sn) for sn in self.nodes if sn.attacker is None]
         cumulative = [n["cumulative_reward"] for n in nodes]
         final = [n["final_reward"] for n in nodes if n["final_reward"] is not None]
         return {
@@ -550,58 +489,8 @@ class Simulation:
             "final_reward": statistics.fmean(final) if final else None,
             "external_per_round": statistics.fmean(n["external_per_round"] for n in nodes),
             "nodes": nodes,
-            "attackers": [
-                {
-                    "name": sn.plan.name,
-                    "group": sn.plan.group.name,
-                    "behavior": sn.attacker.behavior,
-                    "peer_ids": [i.peer_id for i in sn.attacker.identities],
-                    "messages_sent": sn.attacker.sent,
-                }
-                for sn in self.nodes
-                if sn.attacker is not None
-            ],
+            "attackers": [attacker_summary(sn) for sn in self.nodes if sn.attacker is not None],
             "network": self.link.summary(rounds),
             "events": self.events,
             "skipped_faults": self.skipped_faults,
         }
-
-    def _node_summary(self, sn: SimNode) -> dict[str, Any]:
-        plan = sn.plan
-        rewards = [sn.rewards[r] for r in sorted(sn.rewards)]
-        valued = [r for r in rewards if r is not None]
-        tail = max(1, round(len(rewards) * FINAL_FRACTION))
-        tail_values = [r for r in rewards[-tail:] if r is not None]
-        node = sn.node
-        drops: Counter[str] = Counter()
-        scores: dict[str, Any] = {}
-        if node is not None:
-            drops.update(node.drops)
-            drops.update(node.gossip.counters.dropped)
-            snap = node.gossip.scores.snapshot(top=0)
-            scores = {k: snap[k] for k in ("ignored_now", "ignores_started", "forgiven")}
-        return {
-            "name": plan.name,
-            "group": plan.group.name,
-            "model": plan.group.model,
-            "peer_id": plan.identity.peer_id,
-            "local_groups": plan.config.sapo.local_groups,
-            "external_groups": plan.config.sapo.external_groups,
-            "rounds_done": len(sn.rewards),
-            "incarnations": sn.incarnation,
-            "resumed_from": sn.resumed_from,
-            "gone": sn.gone,
-            "cumulative_reward": sum(valued),
-            "final_reward": statistics.fmean(tail_values) if tail_values else None,
-            "external_used": sum(sn.external.values()),
-            "first_external_round": min((r for r, n in sn.external.items() if n), default=None),
-            "join_s": plan.group.join_s,
-            "external_per_round": sum(sn.external.values()) / max(len(sn.external), 1),
-            "policy_version": node.learner.policy_version if node is not None else 0,
-            "behavior": plan.group.behavior,
-            "drops_last_incarnation": dict(sorted(drops.items())),
-            "peer_scores_last_incarnation": scores,
-        }
-
-
-# ---- scenarios -------------------------------------------------------------------------

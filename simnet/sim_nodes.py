@@ -31,7 +31,9 @@ from simnet.attackers import Attacker
 from simnet.scenario import (
     ComputeSpec,
     NodeGroupSpec,
+    WarmStartSpec,
 )
+from simnet.stub import StubLearner, competence_of
 from swarm.config import NodeConfig
 from swarm.identity import Identity
 from swarm.messages import DeltaPacket, TaskRef
@@ -172,6 +174,35 @@ class NodePlan:
     config: NodeConfig
     compute: ComputeSpec
     identity: Identity
+
+
+def make_learner(plan: NodePlan, warmstart: WarmStartSpec | None, run_seed: int) -> Learner:
+    """The node's learner: the stub for `model = "stub"`, else a real `PolicyLearner`
+    (`PoisonLearner` for the `poison_deltas` behavior), warm-started when the scenario
+    says so (every node of a model from the same base, derived from the run seed)."""
+    config = plan.config
+    if plan.group.model == "stub":
+        return StubLearner(
+            config.sampler.group_size,
+            config.rewards,
+            plan.group.stub.skill,
+            plan.group.stub.rate,
+            competence=competence_of(plan.group.stub),
+        )
+    from node.policy_learner import PolicyLearner  # torch: only for real models
+
+    if plan.group.behavior == "poison_deltas":
+        from simnet.hostile import PoisonLearner
+
+        learner: PolicyLearner = PoisonLearner(config)
+    else:
+        learner = PolicyLearner(config)
+    if warmstart is not None:
+        from simnet.base_model import apply_base, base_state
+
+        seed = derive(run_seed, "base", plan.group.model)
+        apply_base(learner, base_state(plan.group.model, seed, warmstart))
+    return learner
 
 
 @dataclass

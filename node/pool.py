@@ -21,6 +21,8 @@ Invariants:
   selections, times the entry's trainable share), ties in the same seeded random order.
   The memory of recent tasks is not checkpointed (after a restart every task is novel
   again).
+- `choose` is `select` as the round trains it: `ExternalGroup`s with the rewards we
+  computed, each with its age and version lag at selection (for the round's record).
 - Sybil bound (`node.trust`), under both rules: every accepted group notes its sender's
   first sighting; with `cohort_rounds` > 0 each pick of a `select` first draws an
   arrival cohort (weighted by its age, from the pool's seeded RNG), then the rule picks
@@ -36,8 +38,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from node.learner import ExternalGroup
 from node.selection import RecentTasks, draw_slots, select_by_signal
 from node.trust import TrustBook
+from swarm.config import SapoConfig
 from swarm.messages import RolloutGroup
 from swarm.staleness import StalenessRule, age, version_lag
 
@@ -63,6 +67,15 @@ class PoolEntry:
     """Share of its GRPO signal the trainer will train on (`node.selection.trainable_share`)."""
 
 
+@dataclass(frozen=True)
+class Chosen:
+    """A round's peers' groups and, per group, its age and version lag at selection."""
+
+    external: list[ExternalGroup]
+    ages: list[int]
+    lags: list[int]
+
+
 @dataclass
 class RolloutPool:
     max_groups: int
@@ -83,6 +96,22 @@ class RolloutPool:
     evicted: Counter = field(default_factory=Counter)
     _arrivals: int = 0
     _rng: random.Random = field(init=False)
+
+    @classmethod
+    def for_node(cls, sapo: SapoConfig, rule: StalenessRule, seed: int) -> RolloutPool:
+        """The pool a node's `[sapo]` settings ask for."""
+        return cls(
+            max_groups=sapo.pool_max_groups,
+            max_bytes=sapo.pool_max_bytes,
+            rule=rule,
+            per_sender_cap=sapo.per_sender_cap,
+            seed=seed,
+            selection=sapo.external_selection,
+            novelty_window=sapo.novelty_window,
+            cohort_rounds=sapo.cohort_rounds,
+            cohort_ramp_rounds=sapo.cohort_ramp_rounds,
+            senders_first=sapo.senders_first,
+        )
 
     def __post_init__(self) -> None:
         if self.selection not in ("uniform", "signal"):
@@ -228,15 +257,23 @@ class RolloutPool:
         self.recent.note(own_round, [e.group.prompt for e in chosen])
         return chosen
 
-    @staticmethod
-    def ages_of(entries: list[PoolEntry], own_round: int) -> list[int]:
-        """Our rounds since each entry arrived."""
-        return [age(own_round, e.arrival_round) for e in entries]
-
-    @staticmethod
-    def lags_of(entries: list[PoolEntry], sender_version: SenderVersion) -> list[int]:
-        """Policy versions each entry is behind its sender now."""
-        return [version_lag(sender_version(e.sender), e.group.policy_version) for e in entries]
+    def choose(
+        self,
+        count: int,
+        own_round: int,
+        sender_version: SenderVersion,
+        now: float,
+        trained: Sequence[str] = (),
+    ) -> Chosen:
+        """`select`, as groups to train on, with each one's age (our rounds since it
+        arrived) and version lag (versions behind its sender) at selection: the round's
+        training lets senders move on meanwhile."""
+        entries = self.select(count, own_round, sender_version, now, trained)
+        return Chosen(
+            [ExternalGroup.of(e.sender, e.group, e.rewards) for e in entries],
+            [age(own_round, e.arrival_round) for e in entries],
+            [version_lag(sender_version(e.sender), e.group.policy_version) for e in entries],
+        )
 
     def state_dict(self) -> dict:
         """The pool cursor for checkpoints: RNG state and arrival counter (entries are

@@ -52,7 +52,7 @@ from node.model_thread import ModelThread
 from node.own_samples import OwnSamples
 from node.peer_loops import PeerLoops
 from node.peer_table import OwnProgress
-from node.pool import RolloutPool
+from node.pool import Chosen, RolloutPool
 from node.publish_pacing import BatchPacer
 from node.resume import node_state, resume
 from node.round_outputs import RoundOutputs
@@ -119,18 +119,7 @@ class Node:
         self.on_event = on_event
         """Called with ("first_peer", {...}) and ("first_external_group", {...}) once each."""
         self.staleness = StalenessRule(sapo.max_staleness, sapo.max_version_lag, sapo.max_age_s)
-        self.pool = RolloutPool(
-            max_groups=sapo.pool_max_groups,
-            max_bytes=sapo.pool_max_bytes,
-            rule=self.staleness,
-            per_sender_cap=sapo.per_sender_cap,
-            seed=config.tasks.seed,
-            selection=sapo.external_selection,
-            novelty_window=sapo.novelty_window,
-            cohort_rounds=sapo.cohort_rounds,
-            cohort_ramp_rounds=sapo.cohort_ramp_rounds,
-            senders_first=sapo.senders_first,
-        )
+        self.pool = RolloutPool.for_node(sapo, self.staleness, config.tasks.seed)
         self.tasks = TaskStream(config.tasks, config.model.seed)
         self.progress = OwnProgress()
         """What our hellos say of our progress (peers show it as our claim)."""
@@ -360,7 +349,13 @@ class Node:
             else self.learner.policy_version
         )
         local = training_batch(sampled.groups, self.config.sapo.local_groups)  # S > I
-        chosen = self._choose_external(local)
+        chosen = self.pool.choose(
+            self.config.sapo.external_groups,  # none with J = 0
+            self.rounds_done,
+            self.intake.sender_version,
+            self.clock.now(),
+            [g.prompt for g in local],
+        )
         done = await self._train_publish_and_share(sampled.groups, sampled_version, local, chosen)
         self._note_first_external(chosen.external)
         self.rounds_done += 1
@@ -399,29 +394,12 @@ class Node:
         self._emit_round(record, sampled.groups)
         return record
 
-    def _choose_external(self, local: Sequence[LocalGroup]) -> _Chosen:
-        """This round's J peers' groups (none with J = 0), with their ages and version
-        lags at selection (the round's training lets senders move on meanwhile)."""
-        own_round = self.rounds_done
-        chosen = self.pool.select(
-            self.config.sapo.external_groups,
-            own_round,
-            self.intake.sender_version,
-            self.clock.now(),
-            [g.prompt for g in local],
-        )
-        return _Chosen(
-            [ExternalGroup.of(e.sender, e.group, e.rewards) for e in chosen],
-            self.pool.ages_of(chosen, own_round),
-            self.pool.lags_of(chosen, self.intake.sender_version),
-        )
-
     async def _train_publish_and_share(
         self,
         groups: Sequence[LocalGroup],
         sampled_version: int,
         local: Sequence[LocalGroup],
-        chosen: _Chosen,
+        chosen: Chosen,
     ) -> _Trained:
         """Train on `local` + the chosen groups; meanwhile publish our `groups` and start
         sampling the next round as early as its policy allows; then share deltas."""
@@ -496,15 +474,6 @@ class Node:
             self._outputs.write(record, groups, self.intake.peer_rows())
         if self.on_round is not None:
             self.on_round(RoundReport(self.rounds_done, record))
-
-
-@dataclass(frozen=True)
-class _Chosen:
-    """A round's peers' groups and, per group, its age and version lag at selection."""
-
-    external: list[ExternalGroup]
-    ages: list[int]
-    lags: list[int]
 
 
 @dataclass(frozen=True)

@@ -55,15 +55,8 @@ from simnet.attackers import Attacker, AttackSettings
 from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
 from simnet.run_summary import RunCost, attacker_summary, node_summary
-from simnet.scenario import (
-    MANY_KEYS,
-    ChurnFault,
-    LeaveFault,
-    PartitionFault,
-    Scenario,
-    VariantSpec,
-    node_config_data,
-)
+from simnet.scenario import MANY_KEYS, Scenario, VariantSpec, node_config_data
+from simnet.scenario_network import ChurnFault, LeaveFault, PartitionFault
 from simnet.shared import shared_pure_work
 from simnet.sim_nodes import (
     NodePlan,

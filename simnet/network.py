@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from gossip.memory import MemoryNetwork, MemoryTransport
 from simnet.clock import Scheduler
-from simnet.scenario import ConstantLatency, LognormalLatency, NetworkSpec, UniformLatency
+from simnet.scenario_network import ConstantLatency, LognormalLatency, NetworkSpec, UniformLatency
 
 Receiver = Callable[[int, str, bytes, str], bool]
 """`receiver(node_index, topic, data, origin_peer_id) -> relay?`: hand a message to a node."""

@@ -9,7 +9,7 @@ import pytest
 
 from simnet.clock import Scheduler
 from simnet.network import LinkModel, mesh_topology
-from simnet.scenario import NetworkSpec
+from simnet.scenario_network import NetworkSpec
 
 
 def _connected(neighbors: list[list[int]]) -> bool:

@@ -35,7 +35,9 @@ SILO = ("honest", "i8-j0")
 OPEN = {
     "defended": "open",
     "defended-ramp64": "open",
+    "defended-earned": "open",
     "i4-j4-signal-wild-cohorts": "i4-j4-signal-wild",
+    "i4-j4-signal-wild-earned": "i4-j4-signal-wild",
 }
 """A defended variant -> the same scenario's variant without cohorts."""
 

@@ -89,6 +89,8 @@ class RolloutPool:
     """Arrival cohorts' window in own rounds (`node.trust`; 0: one cohort, no bound)."""
     cohort_ramp_rounds: int = 32
     """Rounds over which a new cohort's draw weight grows to an established one's."""
+    cohort_weight: str = "one"
+    """How a grown cohort weighs (`node.trust.WEIGHTINGS`)."""
     senders_first: bool = False
     """Spread each `select`'s picks over senders before any sender gets a second."""
     entries: list[PoolEntry] = field(default_factory=list)
@@ -110,6 +112,7 @@ class RolloutPool:
             novelty_window=sapo.novelty_window,
             cohort_rounds=sapo.cohort_rounds,
             cohort_ramp_rounds=sapo.cohort_ramp_rounds,
+            cohort_weight=sapo.cohort_weight,
             senders_first=sapo.senders_first,
         )
 
@@ -119,7 +122,9 @@ class RolloutPool:
         self._rng = random.Random(self.seed)
         self.recent = RecentTasks(self.novelty_window)
         """Tasks (prompts) this node trained lately, for `signal` selection."""
-        self.trust = TrustBook(self.cohort_rounds, self.cohort_ramp_rounds)
+        self.trust = TrustBook(
+            self.cohort_rounds, self.cohort_ramp_rounds, weighting=self.cohort_weight
+        )
         """When this node first accepted each sender (`node.trust`): every group
         accepted here notes its sender; `node.intake` reports blamed refusals."""
 

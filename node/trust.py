@@ -20,6 +20,14 @@ first heard of each sender. Keys minted together and sent together arrive togeth
   an equal one over `ramp_rounds` rounds; a genuine newcomer is its own cohort and is
   treated the same. With one cohort (a swarm that started together, or a node alone
   with its first peers) nothing changes.
+- With `weighting = "earned"` a cohort's weight is instead
+  `min(active senders, (age + 1) / ramp_rounds)`: it earns one sender's weight per
+  `ramp_rounds` of its age, up to the number of its senders with a group accepted in our
+  last `ramp_rounds` rounds. The honest peers that started together then weigh as the
+  people they are once they have been here long enough, a lone newcomer reaches one
+  sender's weight (a fair share, where `"one"` gives it a whole cohort's), and a wave of
+  keys is still bounded by its age, not its number: at our round t a wave that arrived
+  at t0 weighs at most (t - t0 + 1) / ramp_rounds against the founders' t / ramp_rounds.
 - A refusal blamed on a sender (forged rewards, a mismatched prompt: what `node.intake`
   blames) moves it to the cohort of the current round: its age starts again.
 
@@ -40,6 +48,7 @@ keeps every sender's cohort.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +57,10 @@ from swarm.bounded import BoundedDict
 
 MAX_SENDERS = 4096
 """Senders remembered (as the peer table's cap)."""
+
+WEIGHTINGS = ("one", "earned")
+"""How a grown cohort weighs: as one sender (`one`) or as its active senders, earned one
+per `ramp_rounds` of its age (`earned`)."""
 
 
 @dataclass
@@ -62,8 +75,14 @@ class TrustBook:
     """Per-sender first sightings and the cohorts they make (see the module doc)."""
 
     def __init__(
-        self, cohort_rounds: int, ramp_rounds: int = 32, max_senders: int = MAX_SENDERS
+        self,
+        cohort_rounds: int,
+        ramp_rounds: int = 32,
+        max_senders: int = MAX_SENDERS,
+        weighting: str = "one",
     ) -> None:
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, not {weighting!r}")
         if cohort_rounds < 0:
             raise ValueError("cohort_rounds must be >= 0")
         if ramp_rounds < 1:
@@ -73,6 +92,7 @@ class TrustBook:
         self.cohort_rounds = cohort_rounds
         self.ramp_rounds = ramp_rounds
         self.max_senders = max_senders
+        self.weighting = weighting
         self._senders: BoundedDict[str, SenderHistory] = BoundedDict(max_senders)
         self._origin: int | None = None
         """Our round when we accepted the first group of anyone (cohort 0 opens then)."""
@@ -110,13 +130,22 @@ class TrustBook:
             return 0 if self.cohort_rounds == 0 or self._origin is None else 1 << 30
         return (history.first_round - self._origin) // self.cohort_rounds
 
-    def weight(self, cohort: int, own_round: int) -> float:
-        """A cohort's draw weight at our round `own_round` (in (0, 1])."""
+    def weight(self, cohort: int, own_round: int, active_senders: int = 1) -> float:
+        """A cohort's draw weight at our round `own_round`: in (0, 1] with `one`; in
+        (0, max(1, active_senders)] with `earned` (see the module doc)."""
         if self.cohort_rounds == 0 or self._origin is None:
             return 1.0
         opened = self._origin + cohort * self.cohort_rounds
         age = max(own_round - opened, 0)
-        return min(1.0, (age + 1) / self.ramp_rounds)
+        cap = max(1, active_senders) if self.weighting == "earned" else 1
+        return min(float(cap), (age + 1) / self.ramp_rounds)
+
+    def active_senders(self, own_round: int) -> Counter[int]:
+        """Per cohort, its senders with a group accepted in our last `ramp_rounds` rounds."""
+        since = own_round - self.ramp_rounds
+        return Counter(
+            self.cohort(sender) for sender, h in self._senders.items() if h.last_round >= since
+        )
 
     def draw_cohort(self, cohorts: Iterable[int], own_round: int, rng: random.Random) -> int:
         """One of `cohorts` (non-empty), drawn with `weight` (sorted first: the draw
@@ -124,7 +153,8 @@ class TrustBook:
         ordered = sorted(set(cohorts))
         if len(ordered) == 1:
             return ordered[0]
-        weights = [self.weight(c, own_round) for c in ordered]
+        active = self.active_senders(own_round) if self.weighting == "earned" else Counter()
+        weights = [self.weight(c, own_round, active[c]) for c in ordered]
         return rng.choices(ordered, weights=weights)[0]
 
     def state_dict(self) -> dict[str, Any]:

@@ -96,6 +96,12 @@ class SapoConfig(StrictModel):
     cohort_ramp_rounds: int = Field(32, ge=1, le=100_000)
     """A new cohort's draw weight is (its age + 1) / this, up to 1: its share of the
     slots grows to an older cohort's over this many of our rounds."""
+    cohort_weight: Literal["one", "earned"] = "one"
+    """How a grown cohort weighs in the draw: as one sender (`one`: a wave of keys, once
+    `cohort_ramp_rounds` old, weighs as much as all the peers that started together), or
+    as many senders as it has active, earned one per `cohort_ramp_rounds` of its age
+    (`earned`: a lone newcomer grows to one sender's fair share; a wave of keys stays
+    bounded by its age, not its number). `docs/sybil.md` measures both."""
     senders_first: bool = False
     """Spread the J picks over senders: no sender gets a second group while another
     sender with a usable group has none (then `per_sender_cap` applies)."""
@@ -139,7 +145,7 @@ class SapoConfig(StrictModel):
                 "trains on none of its own samples); delete sampled_groups"
             )
         if self.cohort_rounds == 0:
-            refuse_idle(self, ("cohort_ramp_rounds",), "cohort_rounds > 0")
+            refuse_idle(self, ("cohort_ramp_rounds", "cohort_weight"), "cohort_rounds > 0")
         if self.external_selection != "signal":
             refuse_idle(self, ("novelty_window",), 'external_selection = "signal"')
         return self

@@ -61,6 +61,39 @@ def test_the_draw_favours_old_cohorts_by_age_and_is_seeded() -> None:
     assert len(set(again)) == 1
 
 
+def test_earned_weights_count_active_senders_but_not_before_their_time() -> None:
+    book = TrustBook(cohort_rounds=8, ramp_rounds=32, weighting="earned")
+    for peer in range(7):
+        book.note_verified(f"honest-{peer}", 0)
+    for key in range(128):
+        book.note_verified(f"sybil-{key}", 40)  # cohort 5, opened at round 40
+    book.note_verified("newcomer", 60)  # cohort 7, opened at round 56
+    active = book.active_senders(60)
+    # The honest peers last sent at round 0, more than 32 rounds ago: not active.
+    assert active == Counter({5: 128, 7: 1})
+    for peer in range(7):
+        book.note_verified(f"honest-{peer}", 100)
+    assert book.active_senders(100)[5] == 0  # keys silent for 60 rounds count for nothing
+    for key in range(128):
+        book.note_verified(f"sybil-{key}", 99)
+    active = book.active_senders(100)
+    assert (active[0], active[5]) == (7, 128)
+    # Founders (age 100) have earned 101/32 senders' weight, not yet all 7 of them; the
+    # 128 keys have earned 61/32, not 128; the lone newcomer is capped at 1.
+    assert book.weight(0, 100, active[0]) == pytest.approx(101 / 32)
+    assert book.weight(5, 100, active[5]) == pytest.approx(61 / 32)
+    assert book.weight(7, 100, 1) == 1.0
+    assert book.weight(0, 300, active[0]) == 7.0
+    # The draw: founders against the wave of keys, as the weights say.
+    rng = random.Random(5)
+    drawn = Counter(book.draw_cohort([0, 5], 100, rng) for _ in range(4000))
+    assert drawn[5] / 4000 == pytest.approx(61 / 162, abs=0.03)
+    # `one` gives the same wave an equal share once it is 32 rounds old.
+    assert TrustBook(cohort_rounds=8, ramp_rounds=32).weight(0, 100, 7) == 1.0
+    with pytest.raises(ValueError, match="weighting"):
+        TrustBook(cohort_rounds=8, weighting="many")
+
+
 def test_a_flood_of_fresh_keys_forgets_fresh_keys_before_active_ones() -> None:
     book = TrustBook(cohort_rounds=2, max_senders=4)
     for own_round in range(3):

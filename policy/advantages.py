@@ -8,7 +8,9 @@ For rewards r[0..G-1] of one prompt's G completions:
   also leaves every loss normalizer. With odd G (MC-GRPO samples G+1) it is the median.
 - scale `group`: A = (r - b) / (std(r) + eps), std the unbiased sample std over all G
   samples (as TRL; used for both baselines: the median absolute deviation is 0 for most
-  binary-reward groups); scale `none`: A = r - b (Dr. GRPO).
+  binary-reward groups); scale `batch`: A = (r - b) / (s + eps), s the unbiased std of
+  every reward of the step's groups (`batch_std`; TRL's `scale_rewards = "batch"`);
+  scale `none`: A = r - b (Dr. GRPO).
 Degenerate groups (a single sample, or all rewards equal) get all-zero advantages and
 never NaN. Non-finite rewards are refused with ValueError.
 """
@@ -20,7 +22,7 @@ from typing import Literal
 import torch
 
 Baseline = Literal["mean", "median"]
-Scale = Literal["group", "none"]
+Scale = Literal["group", "batch", "none"]
 
 
 def _check(rewards: torch.Tensor) -> torch.Tensor:
@@ -44,13 +46,24 @@ def pivot_index(rewards: torch.Tensor) -> int:
     return int((r == median).nonzero()[0, 0])
 
 
+def batch_std(groups: list[torch.Tensor]) -> float:
+    """The unbiased std of every reward of `groups` together (0.0 below 2 rewards): what
+    scale `batch` divides by."""
+    rewards = [_check(g) for g in groups]
+    if sum(g.numel() for g in rewards) < 2:
+        return 0.0
+    return float(torch.cat(rewards).std())
+
+
 def group_advantages(
     rewards: torch.Tensor,
     baseline: Baseline = "mean",
     scale: Scale = "group",
     eps: float = 1e-4,
+    batch: float | None = None,
 ) -> torch.Tensor:
-    """Advantages [G] of one group (see the module docstring)."""
+    """Advantages [G] of one group (see the module docstring); `batch` is `batch_std` of
+    the step's groups, needed by scale `batch`."""
     r = _check(rewards)
     if is_degenerate(r):
         return torch.zeros_like(r)
@@ -62,6 +75,10 @@ def group_advantages(
         raise ValueError(f"unknown baseline {baseline!r}")
     if scale == "group":
         return centered / (r.std() + eps)
+    if scale == "batch":
+        if batch is None:
+            raise ValueError("scale 'batch' needs the step's batch_std")
+        return centered / (batch + eps)
     if scale == "none":
         return centered
     raise ValueError(f"unknown scale {scale!r}")

@@ -11,6 +11,12 @@ Per token (PPO clipped surrogate with DAPO's asymmetric clip):
     pg   *= importance_weights            (truncated sampler/trainer correction; detached)
     loss_t = pg + beta * kl_t
     kl_t = exp(ref - logp) - (ref - logp) - 1   (k3, >= 0)
+  Two options of TRL's `GRPOConfig`, with its meanings (off by default):
+    delta:  two-sided clipping (INTELLECT-2): the unclipped term uses min(ratio, delta),
+            so a token with a negative advantage cannot push its ratio's loss up without
+            bound; the clipped term is unchanged
+    use_bias_correction_kl: kl_t *= ratio (with grad), the importance-sampling
+            correction of the KL estimate for tokens sampled by the old policy
     H_t  = the policy's entropy at that position (optional `entropy` [B, T], with grad):
            a bonus that keeps a group's completions apart, so that they keep differing
            in reward (a policy that answers every prompt alike leaves GRPO no signal)
@@ -74,13 +80,16 @@ def _per_token(
     importance_weights: torch.Tensor | None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
     eps_high = epsilon if epsilon_high is None else epsilon_high
     m = mask.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype)[:, None]
     ratio = torch.exp(logprobs - old_logprobs.detach())
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)
-    loss = -torch.min(ratio * adv, clipped * adv)
+    unclipped = ratio if delta is None else torch.clamp(ratio, max=delta)
+    loss = -torch.min(unclipped * adv, clipped * adv)
     n = m.sum().clamp(min=1)
     entropy_value = 0.0
     if entropy is not None:
@@ -92,6 +101,8 @@ def _per_token(
     kl_value = 0.0
     if ref_logprobs is not None and beta != 0:
         kl = k3_kl(logprobs, ref_logprobs.detach())
+        if use_bias_correction_kl:
+            kl = kl * ratio
         loss = loss + beta * kl
         kl_value = float((kl.detach() * m).sum() / n)
     with torch.no_grad():
@@ -133,6 +144,8 @@ def grpo_loss(
     importance_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_completion_length: int | None = None,
@@ -150,6 +163,8 @@ def grpo_loss(
         importance_weights,
         entropy,
         entropy_coef,
+        delta,
+        use_bias_correction_kl,
     )
     per_seq = per_tok.sum(-1) / m.sum(-1).clamp(min=1)
     n = num_sequences if num_sequences is not None else logprobs.shape[0]
@@ -169,6 +184,8 @@ def dr_grpo_loss(
     importance_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_completion_length: int | None = None,
@@ -186,6 +203,8 @@ def dr_grpo_loss(
         importance_weights,
         entropy,
         entropy_coef,
+        delta,
+        use_bias_correction_kl,
     )
     n = num_sequences if num_sequences is not None else logprobs.shape[0]
     length = max_completion_length if max_completion_length is not None else logprobs.shape[1]
@@ -205,6 +224,8 @@ def dapo_loss(
     importance_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
     num_sequences: int | None = None,
     num_tokens: int | None = None,
     max_completion_length: int | None = None,
@@ -222,6 +243,8 @@ def dapo_loss(
         importance_weights,
         entropy,
         entropy_coef,
+        delta,
+        use_bias_correction_kl,
     )
     total = num_tokens if num_tokens is not None else int(m.sum())
     return _outputs(per_tok.sum() / max(total, 1), stats, m)

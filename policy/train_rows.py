@@ -5,7 +5,8 @@ Invariants:
 1. Groups whose rewards are all equal (or that have one completion) carry no GRPO
    signal: they are skipped and counted (`n_skipped`), never trained on; so is a group
    left with no row.
-2. Advantages per group (`policy.advantages`); MC-GRPO's pivot sample is dropped.
+2. Advantages per group (`policy.advantages`; with `scale_rewards = "batch"` divided by
+   the std of every reward of the step's groups); MC-GRPO's pivot sample is dropped.
 3. Token ids: prompts are task questions rendered by the node's `PromptRenderer` (chat
    template or plain; the sampler uses the same one). A local group's sampled ids are
    used as they are; a foreign group's (peer's) completion texts are re-tokenized with
@@ -46,7 +47,7 @@ from typing import Any
 
 import torch
 
-from policy.advantages import group_advantages, is_degenerate, keep_mask
+from policy.advantages import batch_std, group_advantages, is_degenerate, keep_mask
 from policy.prompts import PromptRenderer
 from policy.sampler import encode_completion
 from policy.train_types import StepStats, TrainGroup
@@ -96,11 +97,14 @@ class RowBuilder:
     def rows_of(self, groups: list[TrainGroup], stats: StepStats) -> list[Row]:
         """The step's rows, each with its group's index (points 1-4)."""
         rows: list[Row] = []
+        spread = None
+        if self.config.scale_rewards == "batch":
+            spread = batch_std([torch.tensor(g.rewards, dtype=torch.float32) for g in groups])
         for index, group in enumerate(groups):
             if is_degenerate(torch.tensor(group.rewards, dtype=torch.float32)):
                 stats.n_skipped += 1
                 continue
-            group_rows = self.rows(group, stats)
+            group_rows = self.rows(group, stats, spread)
             for row in group_rows:
                 row.group = index
             if group_rows:
@@ -110,10 +114,18 @@ class RowBuilder:
                 stats.n_skipped += 1
         return rows
 
-    def rows(self, group: TrainGroup, stats: StepStats | None = None) -> list[Row]:
-        """One group's rows (points 2-4), counting what is left out into `stats`."""
+    def rows(
+        self, group: TrainGroup, stats: StepStats | None = None, spread: float | None = None
+    ) -> list[Row]:
+        """One group's rows (points 2-4), counting what is left out into `stats`.
+        `spread`: the step's `batch_std` for `scale_rewards = "batch"` (None: this group
+        is the batch)."""
         rewards = torch.tensor(group.rewards, dtype=torch.float32)
-        adv = group_advantages(rewards, self.config.baseline, self.config.scale_rewards)
+        if self.config.scale_rewards == "batch" and spread is None:
+            spread = batch_std([rewards])
+        adv = group_advantages(
+            rewards, self.config.baseline, self.config.scale_rewards, batch=spread
+        )
         keep = keep_mask(rewards, self.config.baseline)
         if self.group_size is not None and len(group.completions) > self.group_size:
             adv = adv * (self.group_size / len(group.completions))

@@ -454,6 +454,8 @@ class Trainer:
             importance_weights=w,
             entropy=entropy,
             entropy_coef=self.config.entropy_coef,
+            delta=self.config.delta,
+            use_bias_correction_kl=self.config.use_bias_correction_kl,
             num_sequences=1,
             num_tokens=1,
             max_completion_length=1,

@@ -27,6 +27,9 @@ def non_default(model: BaseModel, *names: str) -> list[str]:
 
 
 def _shown(value: Any) -> str:
+    """A value as the TOML file would write it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 

@@ -176,15 +176,25 @@ class TrainConfig(StrictModel):
     model of 0.1-0.5B parameters wants about 1e-6 (`examples/node-sapo-rgym.toml`)."""
     loss_type: Literal["grpo", "dr_grpo", "dapo"] = "dapo"
     """Token aggregation: per-sequence mean (grpo), constant normalizer (dr_grpo), token mean
-    (dapo)."""
-    scale_rewards: Literal["group", "none"] = "group"
-    """Divide advantages by the group's std (`group`) or not (`none`, as in Dr. GRPO)."""
+    (dapo). TRL's `bnpo` is the token mean of each device's batch: here a step is one batch
+    (micro-batches never change its numbers), which is `dapo`."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Divide advantages by the group's std (`group`), by the std of every reward of the
+    step's groups (`batch`, TRL's; the baseline stays each group's), or not (`none`, as in
+    Dr. GRPO)."""
     baseline: Literal["mean", "median"] = "mean"
     """Group baseline: mean, or MC-GRPO's median with the pivot sample dropped."""
     epsilon: float = Field(0.2, ge=0, le=1)
     """Lower PPO clip range."""
     epsilon_high: float | None = Field(None, ge=0, le=10)
     """Upper PPO clip range (DAPO clip-higher); defaults to `epsilon`."""
+    delta: float | None = Field(None, gt=1, le=100)
+    """Two-sided clipping (TRL's `delta`, from INTELLECT-2): the unclipped ratio is capped
+    at this, so a token of a negative advantage cannot grow its loss without bound.
+    None: off. TRL recommends a value above 1 + `epsilon` (e.g. 4)."""
+    use_bias_correction_kl: bool = False
+    """Multiply the per-token KL by the importance ratio (TRL's `use_bias_correction_kl`):
+    the KL estimate corrected for tokens the old policy sampled. Needs `beta` > 0."""
     beta: float = Field(0.0, ge=0)
     """KL coefficient to the initial (reference) policy; 0 keeps no reference. The
     reference is a frozen copy of the model, except with LoRA in one process: there it
@@ -289,7 +299,19 @@ class TrainConfig(StrictModel):
     def _clip_order(self) -> TrainConfig:
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
             raise ValueError("epsilon_high must be >= epsilon")
+        if self.beta == 0:
+            refuse_idle(self, ("use_bias_correction_kl",), "beta > 0")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bnpo(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("loss_type") == "bnpo":
+            raise ValueError(
+                'loss_type = "bnpo" (TRL: the token mean of each device\'s batch): a step '
+                'here is one batch, so use loss_type = "dapo", its token mean'
+            )
+        return data
 
     @model_validator(mode="after")
     def _ranks(self) -> TrainConfig:

@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from policy.advantages import group_advantages, is_degenerate, keep_mask, pivot_index
+from policy.advantages import (
+    batch_std,
+    group_advantages,
+    is_degenerate,
+    keep_mask,
+    pivot_index,
+)
 
 
 def t(*values: float) -> torch.Tensor:
@@ -77,3 +83,18 @@ def test_refuses_non_finite_and_empty() -> None:
         group_advantages(torch.tensor([]))
     with pytest.raises(ValueError):
         group_advantages(t(0, 1), baseline="mode")  # type: ignore[arg-type]
+
+
+def test_batch_scale_divides_by_the_std_of_every_reward_of_the_step() -> None:
+    a, b = t(1, 0, 0, 0), t(1, 1, 0, 0)
+    spread = batch_std([a, b, t(0, 0, 0, 0)])  # a degenerate group still counts, as in TRL
+    expected = torch.tensor([1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0], dtype=torch.float32).std()
+    assert spread == pytest.approx(float(expected))
+    adv = group_advantages(b, "mean", "batch", eps=0.0, batch=spread)
+    assert torch.allclose(adv, t(0.5, 0.5, -0.5, -0.5) / spread)
+    # The baseline stays the group's; only the scale is shared.
+    adv_a = group_advantages(a, "mean", "batch", eps=0.0, batch=spread)
+    assert adv_a.sum().item() == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="batch_std"):
+        group_advantages(a, "mean", "batch")
+    assert batch_std([t(1)]) == 0.0

@@ -173,3 +173,39 @@ def test_a_sum_divided_by_the_normalizer_is_the_normalized_loss(loss_type: str) 
     assert float(unit.loss) / divisor == pytest.approx(float(normalized), rel=1e-6)
     with pytest.raises(ValueError):
         loss_normalizer("ppo", **counts)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_delta_caps_the_unclipped_ratio_of_a_negative_advantage(loss_type: str) -> None:
+    # TRL's two-sided clipping: ratio 5 with A = -1 costs -min(-5, -1.2) = 5 without delta;
+    # with delta = 3 the unclipped term is capped at 3 (and passes no gradient). Token 2
+    # (ratio 0.5, A = -1): -min(-0.5, -0.8) = 0.8, clipped, unchanged by delta.
+    lp, old = ratios(5.0, 0.5)
+    adv, mask = torch.tensor([-1.0]), torch.ones(1, 2)
+    plain = LOSSES[loss_type](lp, old, adv, mask, num_sequences=1, num_tokens=1)
+    lp2, _ = ratios(5.0, 0.5)
+    capped = LOSSES[loss_type](lp2, old, adv, mask, delta=3.0, num_sequences=1, num_tokens=1)
+    scale = {"grpo": 2.0, "dr_grpo": 2.0, "dapo": 1.0}[loss_type]  # per-seq mean / N*L / M=1
+    assert plain.loss.item() == pytest.approx((5.0 + 0.8) / scale)
+    assert capped.loss.item() == pytest.approx((3.0 + 0.8) / scale)
+    capped.loss.backward()
+    assert lp2.grad is not None and lp2.grad[0, 0].item() == 0.0
+    # A positive advantage is untouched below delta: -min(min(1.1, 3), 1.2) = -1.1.
+    lp3, old3 = ratios(1.1)
+    pos = dapo_loss(lp3, old3, torch.tensor([1.0]), torch.ones(1, 1), delta=3.0)
+    assert pos.loss.item() == pytest.approx(-1.1)
+
+
+def test_bias_corrected_kl_is_weighted_by_the_ratio() -> None:
+    # k3 at ref - logp = d: exp(d) - d - 1; corrected, times the ratio exp(logp - old).
+    lp = torch.tensor([[math.log(2.0)]], requires_grad=True)
+    old = torch.zeros(1, 1)
+    ref = torch.tensor([[math.log(2.0) - 0.5]])  # d = -0.5
+    k3 = math.exp(-0.5) + 0.5 - 1
+    common = dict(ref_logprobs=ref, beta=0.1, epsilon=0.2)
+    plain = dapo_loss(lp, old, torch.tensor([0.0]), torch.ones(1, 1), **common)
+    corrected = dapo_loss(
+        lp, old, torch.tensor([0.0]), torch.ones(1, 1), use_bias_correction_kl=True, **common
+    )
+    assert plain.loss.item() == pytest.approx(0.1 * k3)
+    assert corrected.loss.item() == pytest.approx(0.1 * k3 * 2.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from policy.prompts import PromptRenderer
 from policy.tiny import char_tokenizer
@@ -81,3 +82,19 @@ def test_oversized_group_is_weighted_to_the_local_size() -> None:
     weighted = [r.advantage for r in _builder(group_size=2).rows(group)]
     unweighted = [r.advantage for r in _builder(group_size=None).rows(group)]
     assert weighted == pytest.approx([a / 2 for a in unweighted])
+
+
+def test_batch_scale_shares_one_std_across_the_step_s_groups() -> None:
+    tok = char_tokenizer()
+    ids = [tok(t)["input_ids"] for t in ("7", "3", "1", "2")]
+    groups = [
+        TrainGroup("3+4=", ["7", "3", "1", "2"], [1.0, 0.0, 0.0, 0.0], ids),
+        TrainGroup("1+1=", ["7", "3", "1", "2"], [1.0, 1.0, 0.0, 0.0], ids),
+    ]
+    per_group = _builder(4).rows_of(groups, StepStats())
+    per_batch = _builder(4, scale_rewards="batch").rows_of(groups, StepStats())
+    # The first row's advantage: 0.75 over the group's std (0.5) or the batch's (over 8).
+    spread = float(torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0]).std())
+    assert per_group[0].advantage == pytest.approx(0.75 / (0.5 + 1e-4), rel=1e-5)
+    assert per_batch[0].advantage == pytest.approx(0.75 / (spread + 1e-4), rel=1e-5)
+    assert per_batch[4].advantage == pytest.approx(0.5 / (spread + 1e-4), rel=1e-5)

@@ -348,7 +348,7 @@ def test_unset_seeds_come_from_the_key_and_set_ones_stay() -> None:
     [
         (
             {"train": {"foreign_eos": True}},
-            'foreign_eos = True does nothing unless foreign_trajectory = "text"',
+            'foreign_eos = true does nothing unless foreign_trajectory = "text"',
         ),
         ({"train": {"foreign_trajectory": "text", "foreign_stop": "all"}}, "foreign_stop"),
         ({"train": {"min_mean_logprob": -3.0}}, 'unless foreign_rule = "plausible"'),
@@ -398,3 +398,18 @@ def test_deltas_with_a_built_in_model_need_one_model_seed() -> None:
     message = error_of({"deltas": {"enabled": True}})
     assert "model.seed" in message and "model family" in message
     parse_config({"deltas": {"enabled": True}, "model": {"seed": 0}})
+
+
+def test_trl_loss_options_are_checked_with_their_fix() -> None:
+    assert parse_config({"train": {"delta": 4.0}}).train.delta == 4.0
+    with pytest.raises(ConfigError, match=r"train\.delta"):
+        parse_config({"train": {"delta": 0.9}})
+    with pytest.raises(
+        ConfigError, match=r"use_bias_correction_kl = true does nothing unless beta > 0"
+    ):
+        parse_config({"train": {"use_bias_correction_kl": True}})
+    config = parse_config({"train": {"use_bias_correction_kl": True, "beta": 0.04}})
+    assert config.train.use_bias_correction_kl
+    with pytest.raises(ConfigError, match='use loss_type = "dapo"'):
+        parse_config({"train": {"loss_type": "bnpo"}})
+    assert parse_config({"train": {"scale_rewards": "batch"}}).train.scale_rewards == "batch"

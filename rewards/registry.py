@@ -28,6 +28,11 @@ Invariants:
   the limit and counted in `live_reward_threads()` until it ends; the worker's owner
   retires a worker whose job left one running (`rewards.sandbox`), so the thread dies
   with it.
+- A slow scorer's limit times the scorer alone: in process mode `score_group` first has
+  the worker build the group's item (`_regenerate`, what a reasoning-gym scorer would do
+  on its first call there), under the group's limit `rescore_timeout_s`; an item that
+  cannot be built within it scores 0 for every completion, counted as timeouts (under
+  load, puzzle24's build alone outran the 2 s `timeout_s` and a correct answer scored 0).
 - Returned scores are finite floats.
 """
 
@@ -314,6 +319,36 @@ def score(task: Task, completion: str, config: RewardsConfig) -> float:
     return value
 
 
+def _regenerate(source: TaskSource, task: Task) -> None:
+    """Build `task`'s item in this process (the scoring worker), so that it is cached
+    there before a scorer that regenerates it runs under its own limit."""
+    source.make(task.ref.seed, task.ref.index)
+
+
+def _built_in_worker(task: Task, config: RewardsConfig) -> bool:
+    """False if the item could not be built in the scoring worker within the group's
+    limit (see the module docstring); True otherwise, and where nothing needs it."""
+    reward = get_correctness(config.correctness)
+    source = get_source(task.ref.source)
+    slow = source.slow_scoring if reward.slow is None else reward.slow
+    if not slow or _mode != "process":
+        return True
+    try:
+        _get_sandbox().call(_regenerate, (source, task), config.rescore_timeout_s)
+    except JobTimeout:
+        log.warning("building %s took over %.3gs; scoring 0", task.ref, config.rescore_timeout_s)
+        return False
+    except Exception as exc:  # noqa: BLE001 - the scorer's own call meets it again and counts it
+        log.warning("building %s in the scoring worker raised %r", task.ref, exc)
+    return True
+
+
 def score_group(task: Task, completions: list[str], config: RewardsConfig) -> list[float]:
-    """`score` for each completion of one group."""
+    """`score` for each completion of one group (its item built first: see the module
+    docstring)."""
+    if completions and not _built_in_worker(task, config):
+        for _ in completions:
+            _count("calls")
+            _count("timeouts")
+        return [0.0] * len(completions)
     return [score(task, c, config) for c in completions]

@@ -11,8 +11,10 @@ import os
 import random
 import threading
 import time
+from functools import lru_cache
 
 from rewards.tasks import BUILTIN_SOURCES, BuiltinSource, Task, TaskSource
+from swarm.messages import TaskRef
 
 MODULE = __name__
 HANG = "test-hang"
@@ -41,6 +43,36 @@ def _raise(rng: random.Random) -> tuple[str, str]:
 
 for _name, _generate in ((HANG, _forever), (CRASH, _crash), (RAISE, _raise)):
     BUILTIN_SOURCES.setdefault(_name, BuiltinSource(_name, _generate, r".*"))
+
+
+SLOW_BUILD = "test-slow-build"
+"""A source whose item takes `BUILD_S` to build, once per process, and whose scorer
+rebuilds it (as a reasoning-gym dataset does): a fast scorer behind a slow build."""
+BUILD_S = 0.8
+
+
+@lru_cache(maxsize=64)
+def _slow_item(seed: int, index: int) -> tuple[str, str]:
+    time.sleep(BUILD_S)
+    return f"say {seed + index}", str(seed + index)
+
+
+class SlowBuildSource:
+    name = SLOW_BUILD
+    answer_pattern = r".*"
+    needs_answer_block = False
+    slow_scoring = True
+    max_index = 1000
+
+    def make(self, seed: int, index: int) -> Task:
+        prompt, answer = _slow_item(seed, index)
+        return Task(TaskRef(SLOW_BUILD, seed, index), prompt, answer)
+
+    def score_answer(self, task: Task, answer: str) -> float:
+        return 1.0 if answer == _slow_item(task.ref.seed, task.ref.index)[1] else 0.0
+
+
+BUILTIN_SOURCES.setdefault(SLOW_BUILD, SlowBuildSource())  # type: ignore[arg-type]
 
 
 def hang_reward(source: TaskSource, task: Task, answer: str) -> float:

@@ -211,3 +211,18 @@ def test_an_empty_answer_block_can_be_the_right_answer() -> None:
     assert task.answer == ""
     assert score(task, "<answer></answer>", correctness_only()) == 1.0
     assert score(task, "<answer>A#</answer>", correctness_only()) == 0.0
+
+
+def test_a_slow_item_build_is_not_timed_as_its_scoring() -> None:
+    """The scorer's limit times the scorer: a group's item is built in the scoring worker
+    first, under the group's limit. Scoring alone, the scorer's first call there rebuilds
+    the item and the build (0.8 s) runs into the 0.4 s limit: a correct answer scores 0."""
+    config = correctness_only(correctness="source", timeout_s=0.4)
+    source = slow_source.SlowBuildSource()
+    task = source.make(7, 1)  # built here; the worker has its own cache
+    before = reward_counters()["timeouts"]
+    assert score_group(task, ["8", "8", "9"], config) == [1.0, 1.0, 0.0]
+    assert reward_counters()["timeouts"] == before
+    cold = source.make(7, 2)
+    assert score(cold, "9", config) == 0.0  # what scoring alone did to a correct answer
+    assert reward_counters()["timeouts"] == before + 1

@@ -21,13 +21,16 @@ first heard of each sender. Keys minted together and sent together arrive togeth
   treated the same. With one cohort (a swarm that started together, or a node alone
   with its first peers) nothing changes.
 - With `weighting = "earned"` a cohort's weight is instead
-  `min(active senders, (age + 1) / ramp_rounds)`: it earns one sender's weight per
-  `ramp_rounds` of its age, up to the number of its senders with a group accepted in our
-  last `ramp_rounds` rounds. The honest peers that started together then weigh as the
-  people they are once they have been here long enough, a lone newcomer reaches one
-  sender's weight (a fair share, where `"one"` gives it a whole cohort's), and a wave of
-  keys is still bounded by its age, not its number: at our round t a wave that arrived
-  at t0 weighs at most (t - t0 + 1) / ramp_rounds against the founders' t / ramp_rounds.
+  `min(active senders, (age + 1) / ramp_rounds, the largest weight of an older cohort)`:
+  it earns one sender's weight per `ramp_rounds` of its age, up to the number of its
+  senders with a group accepted in our last `ramp_rounds` rounds, and never weighs more
+  than a cohort that was here before it. The honest peers that started together then
+  weigh as the people they are once they have been here long enough, a lone newcomer
+  reaches one sender's weight (a fair share, where `"one"` gives it a whole cohort's),
+  and a wave of keys is bounded by its age, not its number: at our round t a wave that
+  arrived at t0 weighs at most (t - t0 + 1) / ramp_rounds against the founders'
+  (t + 1) / ramp_rounds, and in the long run as much as they do (as with `"one"`),
+  however many keys it holds. So its share is at no round larger than under `"one"`.
 - A refusal blamed on a sender (forged rewards, a mismatched prompt: what `node.intake`
   blames) moves it to the cohort of the current round: its age starts again.
 
@@ -131,14 +134,34 @@ class TrustBook:
         return (history.first_round - self._origin) // self.cohort_rounds
 
     def weight(self, cohort: int, own_round: int, active_senders: int = 1) -> float:
-        """A cohort's draw weight at our round `own_round`: in (0, 1] with `one`; in
-        (0, max(1, active_senders)] with `earned` (see the module doc)."""
+        """A cohort's draw weight at our round `own_round` by its own age and size: in
+        (0, 1] with `one`; in (0, max(1, active_senders)] with `earned` (before the cap
+        by older cohorts that `weights` applies; see the module doc)."""
         if self.cohort_rounds == 0 or self._origin is None:
             return 1.0
         opened = self._origin + cohort * self.cohort_rounds
         age = max(own_round - opened, 0)
         cap = max(1, active_senders) if self.weighting == "earned" else 1
         return min(float(cap), (age + 1) / self.ramp_rounds)
+
+    def weights(self, cohorts: Iterable[int], own_round: int) -> dict[int, float]:
+        """The draw weights of `cohorts` at our round `own_round` (see the module doc):
+        with `earned`, each capped by the largest weight of an older cohort with active
+        senders (whether or not it is among `cohorts`)."""
+        wanted = set(cohorts)
+        if self.weighting != "earned":
+            return {c: self.weight(c, own_round) for c in wanted}
+        active = self.active_senders(own_round)
+        out: dict[int, float] = {}
+        older = 0.0
+        for c in sorted(wanted | set(active)):
+            w = self.weight(c, own_round, active[c])
+            if older > 0:
+                w = min(w, older)
+            if c in wanted:
+                out[c] = w
+            older = max(older, w)
+        return out
 
     def active_senders(self, own_round: int) -> Counter[int]:
         """Per cohort, its senders with a group accepted in our last `ramp_rounds` rounds."""
@@ -153,9 +176,8 @@ class TrustBook:
         ordered = sorted(set(cohorts))
         if len(ordered) == 1:
             return ordered[0]
-        active = self.active_senders(own_round) if self.weighting == "earned" else Counter()
-        weights = [self.weight(c, own_round, active[c]) for c in ordered]
-        return rng.choices(ordered, weights=weights)[0]
+        weights = self.weights(ordered, own_round)
+        return rng.choices(ordered, weights=[weights[c] for c in ordered])[0]
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -88,6 +88,13 @@ def test_earned_weights_count_active_senders_but_not_before_their_time() -> None
     rng = random.Random(5)
     drawn = Counter(book.draw_cohort([0, 5], 100, rng) for _ in range(4000))
     assert drawn[5] / 4000 == pytest.approx(61 / 162, abs=0.03)
+    # In the long run the wave weighs as much as the founders, not 128 senders' worth.
+    for peer in range(7):
+        book.note_verified(f"honest-{peer}", 3000)
+    for key in range(128):
+        book.note_verified(f"sybil-{key}", 3000)
+    assert book.weights([0, 5, 7], 3000) == {0: 7.0, 5: 7.0, 7: 1.0}
+    assert book.weights([5], 3000) == {5: 7.0}  # capped by the founders without a candidate
     # `one` gives the same wave an equal share once it is 32 rounds old.
     assert TrustBook(cohort_rounds=8, ramp_rounds=32).weight(0, 100, 7) == 1.0
     with pytest.raises(ValueError, match="weighting"):

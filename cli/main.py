@@ -13,87 +13,34 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import signal
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import typer.core
-from rich.console import Console
 
 from cli.dashboard import DashboardOpt, dashboard, dashboard_for_node
+from cli.shell import SwarmTyper, console, err, flag_help_everywhere, user_errors
 from node.instance_lock import hold_node
 from swarm import __version__
 from swarm.config import NodeConfig, load_config
 from swarm.config.template import render_config
-from swarm.errors import ConfigError, RanksFailed
+from swarm.errors import ConfigError
 from swarm.identity import load_key_file, write_key_file
 
 if TYPE_CHECKING:
     from node.runner import Node
 
 
-def _flag_help(option: Any) -> Any:
-    """Typer lists its `--help` flag with a `<bool>` placeholder, which a user then types
-    (`--help 1` is refused): shown without one, as our other flags are."""
-    if option is not None:
-        option.metavar = ""
-    return option
-
-
-class _Command(typer.core.TyperCommand):
-    def get_help_option(self, ctx: Any) -> Any:
-        return _flag_help(super().get_help_option(ctx))
-
-
-class _Group(typer.core.TyperGroup):
-    def get_help_option(self, ctx: Any) -> Any:
-        return _flag_help(super().get_help_option(ctx))
-
-
-class _Typer(typer.Typer):
-    """`typer.Typer` whose commands and groups are `_Command`s and `_Group`s."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cls=_Group, **kwargs)
-
-    def command(self, *args: Any, **kwargs: Any) -> Any:
-        return super().command(*args, cls=kwargs.pop("cls", _Command), **kwargs)
-
-
-app = _Typer(
+app = SwarmTyper(
     no_args_is_help=True, add_completion=False, help="A decentralized RL post-training node."
 )
-config_app = _Typer(no_args_is_help=True, help="Work with node config files.")
+config_app = SwarmTyper(no_args_is_help=True, help="Work with node config files.")
 app.add_typer(config_app, name="config")
-# Piped or logged output is not cut at rich's default of 80 columns (a terminal's width
-# is used where there is one).
-PIPED_WIDTH = 160
-console = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(func: F) -> F:
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except ConfigError as exc:
-            for line in str(exc).splitlines():
-                err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except RanksFailed as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _version(value: bool) -> None:
@@ -571,25 +518,7 @@ def _mount_plugins() -> None:
     """Commands other packages register under the `swarm.cli` entry point (simnet's)."""
     for entry in entry_points(group="swarm.cli"):
         entry.load()(app)
-    _flag_help_everywhere(app)
-
-
-def _flag_help_everywhere(typer_app: typer.Typer) -> None:
-    """Groups and commands a plugin mounted with plain `typer.Typer`s show `--help` as
-    ours do (without a `<bool>` placeholder)."""
-
-    def ours(cls: Any, mine: type) -> Any:  # typer's defaults (or a placeholder): ours
-        plain = (typer.core.TyperGroup, typer.core.TyperCommand)
-        return mine if not isinstance(cls, type) or cls in plain else cls
-
-    for group in typer_app.registered_groups:
-        group.cls = ours(group.cls, _Group)
-        sub = group.typer_instance
-        if sub is not None:
-            sub.info.cls = ours(sub.info.cls, _Group)
-            for command in sub.registered_commands:
-                command.cls = ours(command.cls, _Command)
-            _flag_help_everywhere(sub)
+    flag_help_everywhere(app)
 
 
 _mount_plugins()

@@ -11,15 +11,15 @@ Per token (PPO clipped surrogate with DAPO's asymmetric clip):
     pg   *= importance_weights            (truncated sampler/trainer correction; detached)
     loss_t = pg + beta * kl_t
     kl_t = exp(ref - logp) - (ref - logp) - 1   (k3, >= 0)
+    H_t  = the policy's entropy at that position (optional `entropy` [B, T], with grad):
+           a bonus that keeps a group's completions apart, so that they keep differing
+           in reward (a policy that answers every prompt alike leaves GRPO no signal)
   Two options of TRL's `GRPOConfig`, with its meanings (off by default):
     delta:  two-sided clipping (INTELLECT-2): the unclipped term uses min(ratio, delta),
             so a token with a negative advantage cannot push its ratio's loss up without
             bound; the clipped term is unchanged
     use_bias_correction_kl: kl_t *= ratio (with grad), the importance-sampling
             correction of the KL estimate for tokens sampled by the old policy
-    H_t  = the policy's entropy at that position (optional `entropy` [B, T], with grad):
-           a bonus that keeps a group's completions apart, so that they keep differing
-           in reward (a policy that answers every prompt alike leaves GRPO no signal)
 Aggregation over the batch (the variants differ only here):
     grpo:    (1/N) sum_i (sum_t loss_it m_it / sum_t m_it)      per-sequence mean
     dr_grpo: sum_it loss_it m_it / (N * L)                      constant normalizer

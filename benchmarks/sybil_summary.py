@@ -40,6 +40,8 @@ OPEN = {
     "i4-j4-signal-wild-earned": "i4-j4-signal-wild",
 }
 """A defended variant -> the same scenario's variant without cohorts."""
+ONE = {"defended-earned": "defended", "i4-j4-signal-wild-earned": "i4-j4-signal-wild-cohorts"}
+"""An `earned` variant -> the same scenario's variant with cohorts weighing one sender."""
 
 
 def runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
@@ -93,8 +95,9 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
     rows = []
     lines = [
         "| row | seeds | cumulative reward | vs honest swarm [95% CI] | vs plain silo [95% CI] "
-        "| vs the same row open | attacker's slot share (whole run / after its first slot) |",
-        "|---|---|---|---|---|---|---|",
+        "| vs the same row open | vs the same row, cohorts weighing one "
+        "| attacker's slot share (whole run / after its first slot) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key in sorted(found):
         if key[0] == LATE_JOINER:
@@ -106,6 +109,8 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
         vs_silo = paired_ratios(values, silo)
         open_key = (key[0], OPEN.get(key[1], ""))
         vs_open = paired_ratios(values, cumulative[open_key]) if open_key in cumulative else []
+        one_key = (key[0], ONE.get(key[1], ""))
+        vs_one = paired_ratios(values, cumulative[one_key]) if one_key in cumulative else []
         shares = [
             attacker_slots(f, json.loads((f / "run.json").read_text())) for f in found[key].values()
         ]
@@ -119,6 +124,7 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
             "honest": paired_ratio_interval(vs_honest) if vs_honest else None,
             "silo": paired_ratio_interval(vs_silo) if vs_silo else None,
             "open": paired_ratio_interval(vs_open) if vs_open else None,
+            "one": paired_ratio_interval(vs_one) if vs_one else None,
             "slots": whole,
             "slots_after": after,
         }
@@ -128,6 +134,7 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
             f"| {row['honest'].text() if row['honest'] else '-'} "
             f"| {row['silo'].text() if row['silo'] else '-'} "
             f"| {row['open'].text() if row['open'] else '-'} "
+            f"| {row['one'].text() if row['one'] else '-'} "
             f"| {100 * whole:.0f}% / {'-' if after is None else f'{100 * after:.0f}%'} |"
         )
     return rows, "\n".join(lines)

@@ -157,9 +157,7 @@ class RolloutPool:
         self._arrivals += 1
         self.trust.note_verified(sender, own_round)
         self.entries.append(
-            PoolEntry(
-                sender, own_round, now, group, rewards, size, self._arrivals, trainable_share
-            )
+            PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals, trainable_share)
         )
         self.bytes_held += size
         while len(self.entries) > self.max_groups or self.bytes_held > self.max_bytes:

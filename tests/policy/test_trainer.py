@@ -313,3 +313,19 @@ def test_learning_rate_follows_warmup_and_schedule() -> None:
     group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0})
     lrs = [trainer.step([group]).learning_rate for _ in range(5)]
     assert lrs == pytest.approx([5e-4, 1e-3, 1e-3, 0.75e-3, 0.5e-3])
+
+
+def test_delta_and_bias_corrected_kl_reach_the_loss() -> None:
+    """The TRL options are wired into the step: after a first large update the second
+    iteration's ratios move away from 1, so delta (just above 1) caps some of them and the
+    bias-corrected KL weighs each token's KL by its ratio: the step's loss differs."""
+
+    def loss(**cfg: object) -> float:
+        trainer = _trainer(num_iterations=2, learning_rate=5e-2, beta=0.1, **cfg)
+        group = _local_group(trainer, "3+4=", {"7": 1.0, "3": 0.0, "12": 0.0, "1": 0.0})
+        return trainer.step([group]).loss
+
+    plain = loss()
+    assert loss() == plain  # the same seed and batch give the same step
+    assert loss(delta=1.001) != pytest.approx(plain, rel=1e-6)
+    assert loss(use_bias_correction_kl=True) != pytest.approx(plain, rel=1e-6)

@@ -282,6 +282,11 @@ def _run(
     return box[0]
 
 
+def _is_slow(reward: Correctness, source: TaskSource) -> bool:
+    """Whether `reward` on `source` runs under the time limit (see `Correctness.slow`)."""
+    return bool(source.slow_scoring if reward.slow is None else reward.slow)
+
+
 def correctness(task: Task, completion: str, config: RewardsConfig) -> float:
     """The correctness part of `score`, in [0, 1]."""
     reward = get_correctness(config.correctness)
@@ -290,8 +295,9 @@ def correctness(task: Task, completion: str, config: RewardsConfig) -> float:
     _count("calls")
     if answer is None:
         return 0.0
-    slow = source.slow_scoring if reward.slow is None else reward.slow
-    value = _run(reward, source, task, answer, config.timeout_s if slow else None)
+    value = _run(
+        reward, source, task, answer, config.timeout_s if _is_slow(reward, source) else None
+    )
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -330,8 +336,7 @@ def _built_in_worker(task: Task, config: RewardsConfig) -> bool:
     limit (see the module docstring); True otherwise, and where nothing needs it."""
     reward = get_correctness(config.correctness)
     source = get_source(task.ref.source)
-    slow = source.slow_scoring if reward.slow is None else reward.slow
-    if not slow or _mode != "process":
+    if not _is_slow(reward, source) or _mode != "process":
         return True
     try:
         _get_sandbox().call(_regenerate, (source, task), config.rescore_timeout_s)

@@ -14,13 +14,21 @@ Invariants:
 - A round's record (`eval_record`) pools every set: `accuracy` and `finished` are means
   over all held-out tasks, `n` their count. With `eval.sources` it adds `sources`:
   per source, its own accuracy and count (`combine_results` is the pure pooling).
+- Where the learner reports its answers and the gold ones (`EvalResult.answers`,
+  `golds`), the record also says how much of the accuracy a constant answer explains:
+  `constant_answer_accuracy` (the share of tasks whose gold answer is the set's most
+  common one: what answering that one string to every task scores under an exact-match
+  scorer) and `modal_answer` / `modal_answer_share` (the policy's most common answer and
+  the share of its answers that are it). A policy that learned to answer "1" to every
+  gcd question reaches the first figure, with a share near 1.
 - `due(round)` is every `eval.every` rounds (never when 0), at the start of the round.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from node.learner import EvalResult, Learner
@@ -101,7 +109,34 @@ def combine_results(results: Mapping[str, EvalResult]) -> EvalResult:
         n=n,
         seconds=sum(r.seconds for r in results.values()),
         finished=sum(r.finished * r.n for r in results.values()) / weights,
+        answers=tuple(a for r in results.values() for a in r.answers),
+        golds=tuple(g for r in results.values() for g in r.golds),
     )
+
+
+def modal_share(values: Iterable[str | None]) -> tuple[str | None, float]:
+    """The most common value that is not None (the first seen among equals) and its share
+    of all values, Nones included; `(None, 0.0)` when there is none."""
+    values = list(values)
+    counts = Counter(v for v in values if v is not None)
+    if not counts:
+        return None, 0.0
+    value, count = counts.most_common(1)[0]
+    return value, count / len(values)
+
+
+def answer_stats(result: EvalResult) -> dict[str, Any]:
+    """What a constant answer explains of `result` (see the module doc): empty when the
+    learner reported no answers."""
+    if not result.answers or not result.golds:
+        return {}
+    answer, share = modal_share(result.answers)
+    _, constant = modal_share(result.golds)
+    return {
+        "constant_answer_accuracy": round(constant, 6),
+        "modal_answer": answer,
+        "modal_answer_share": round(share, 6),
+    }
 
 
 def eval_record(
@@ -115,9 +150,11 @@ def eval_record(
         "finished": round(pooled.finished, 6),
         "policy_version": policy_version,
         "seconds": round(pooled.seconds, 4),
+        **answer_stats(pooled),
     }
     if per_source:
         record["sources"] = {
-            name: {"accuracy": round(r.accuracy, 6), "n": r.n} for name, r in results.items()
+            name: {"accuracy": round(r.accuracy, 6), "n": r.n, **answer_stats(r)}
+            for name, r in results.items()
         }
     return record

@@ -106,6 +106,11 @@ class EvalResult:
     seconds: float = 0.0
     finished: float = 0.0
     """Share of answers that ended with EOS within the budget."""
+    answers: tuple[str | None, ...] = ()
+    """The answer each scored completion gives (`rewards.registry.extract_answer`; None:
+    none), in order; empty where a learner does not report them."""
+    golds: tuple[str, ...] = ()
+    """Each held-out task's gold answer, in order (empty where not reported)."""
 
 
 class Learner(Protocol):

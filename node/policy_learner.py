@@ -44,6 +44,7 @@ from policy.trainer import Trainer, TrainGroup
 from rewards.registry import (
     canonical_completion,
     correctness,
+    extract_answer,
     resolve_answer_format,
     score_group,
 )
@@ -260,6 +261,8 @@ class PolicyLearner:
             n=len(scores),
             seconds=time.perf_counter() - start,
             finished=sum(ended) / max(len(ended), 1),
+            answers=tuple(extract_answer(c.text) for cs in outputs for c in cs),
+            golds=tuple(t.answer for t in tasks),
         )
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:

@@ -17,6 +17,11 @@ Invariants:
 - Paired differences are per seed, group and source: configuration minus control, then
   their mean with a 95% t-interval (`simnet.stats.paired_difference_interval`); ratios
   are left out because a silo's accuracy on a task it never saw can be 0.
+- Where the nodes recorded their answers' statistics (`node.evaluation.answer_stats`),
+  the summary adds, per configuration, group and source, what a constant answer scores on
+  the held-out sets (`constant_answer_accuracy`) and the share of the policy's answers
+  that are its most common one at the last evaluation: an accuracy at the first figure
+  with a share near 1 is a guess learned, not the task.
 - matplotlib is imported only in `plot_heldout`, with the Agg backend.
 """
 
@@ -39,22 +44,33 @@ HELDOUT_FILE = "heldout_per_source.png"
 Curve = dict[int, dict[str, float]]
 """Rounds trained before an evaluation -> source -> accuracy."""
 
+CONSTANT = "constant_answer_accuracy"
+MODAL_SHARE = "modal_answer_share"
 
-def source_curve(records: Iterable[dict[str, Any]]) -> Curve:
-    """Per-source held-out accuracy by rounds trained, from one node's metrics records
-    (records without a per-source evaluation are skipped)."""
+
+def _source_entries(records: Iterable[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    """Rounds trained -> source -> that evaluation's per-source entry (records without a
+    per-source evaluation skipped; a redone round: its last record)."""
     by_round: dict[int, dict[str, Any]] = {}
     for record in records:
-        by_round[int(record["round"])] = record  # a redone round: the last record wins
-    curve: Curve = {}
+        by_round[int(record["round"])] = record
+    entries: dict[int, dict[str, dict[str, Any]]] = {}
     for round_number in sorted(by_round):
         evaluation = by_round[round_number].get("eval") or {}
         sources = evaluation.get("sources")
         if isinstance(sources, dict) and sources:
-            curve[round_number - 1] = {
-                name: float(entry["accuracy"]) for name, entry in sorted(sources.items())
-            }
-    return curve
+            entries[round_number - 1] = dict(sorted(sources.items()))
+    return entries
+
+
+def source_curve(records: Iterable[dict[str, Any]], key: str = "accuracy") -> Curve:
+    """Per-source held-out accuracy (or another per-source figure, `key`) by rounds
+    trained, from one node's metrics records (records without a per-source evaluation
+    are skipped, and sources without `key`)."""
+    return {
+        trained: {name: float(e[key]) for name, e in sources.items() if key in e}
+        for trained, sources in _source_entries(records).items()
+    }
 
 
 @dataclass
@@ -65,6 +81,8 @@ class RunCurves:
     seed: int
     silo: bool
     groups: dict[str, list[Curve]] = field(default_factory=dict)
+    answer_curves: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
+    """`CONSTANT` and `MODAL_SHARE` -> group -> the nodes' curves of that figure."""
 
     def last_trained(self) -> int | None:
         """The largest rounds-trained every node of the run was evaluated at."""
@@ -73,9 +91,17 @@ class RunCurves:
             return None
         return min(ends)
 
-    def group_accuracy(self, group: str, source: str, trained: int) -> float | None:
-        """Mean over the group's nodes of their accuracy on `source` after `trained` rounds."""
-        values = [c[trained][source] for c in self.groups[group] if source in c.get(trained, {})]
+    def group_accuracy(
+        self, group: str, source: str, trained: int, figure: str = "accuracy"
+    ) -> float | None:
+        """Mean over the group's nodes of their accuracy (or `figure`: `CONSTANT`,
+        `MODAL_SHARE`) on `source` after `trained` rounds; None where none recorded it."""
+        curves = (
+            self.groups[group]
+            if figure == "accuracy"
+            else self.answer_curves.get(figure, {}).get(group, [])
+        )
+        values = [c[trained][source] for c in curves if source in c.get(trained, {})]
         return statistics.fmean(values) if values else None
 
 
@@ -85,8 +111,11 @@ def load_curves(runs: list[RunData]) -> list[RunCurves]:
     for run in runs:
         curves = RunCurves(run.label, run.seed, all(n.external_groups == 0 for n in run.nodes))
         for node in run.nodes:
-            curve = source_curve(read_metrics(run.directory / node.name / "metrics.jsonl"))
-            curves.groups.setdefault(node.group, []).append(curve)
+            records = list(read_metrics(run.directory / node.name / "metrics.jsonl"))
+            curves.groups.setdefault(node.group, []).append(source_curve(records))
+            for figure in (CONSTANT, MODAL_SHARE):
+                by_group = curves.answer_curves.setdefault(figure, {})
+                by_group.setdefault(node.group, []).append(source_curve(records, figure))
         found.append(curves)
     if not any(c for rc in found for curves in rc.groups.values() for c in curves):
         return []
@@ -125,6 +154,15 @@ def summary_rows(curves: list[RunCurves]) -> list[dict[str, Any]]:
                 last_v = [v for v in last if v is not None]
                 if not last_v:
                     continue
+                answers = {
+                    figure: [
+                        v
+                        for rc in runs
+                        if (t := rc.last_trained()) is not None
+                        and (v := rc.group_accuracy(group, source, t, figure)) is not None
+                    ]
+                    for figure in (CONSTANT, MODAL_SHARE)
+                }
                 rows.append(
                     {
                         "label": label,
@@ -135,6 +173,12 @@ def summary_rows(curves: list[RunCurves]) -> list[dict[str, Any]]:
                         "base": statistics.fmean(base_v) if base_v else None,
                         "last": statistics.fmean(last_v),
                         "last_std": statistics.stdev(last_v) if len(last_v) > 1 else 0.0,
+                        "constant": statistics.fmean(answers[CONSTANT])
+                        if answers[CONSTANT]
+                        else None,
+                        "modal_share": statistics.fmean(answers[MODAL_SHARE])
+                        if answers[MODAL_SHARE]
+                        else None,
                     }
                 )
     return rows
@@ -191,21 +235,33 @@ def markdown_lines(curves: list[RunCurves]) -> list[str]:
     """The held-out section of `report.md` (no lines without per-source evaluations)."""
     if not curves:
         return []
+    rows = summary_rows(curves)
+    answers = any(row["constant"] is not None for row in rows)
     lines = [
         "",
         "Held-out accuracy per task source (% correct: greedy answers, or all sampled "
         "completions with `eval.samples`; per run the mean over a group's nodes, each with "
         "its own held-out set; then mean ± std over seeds). Base: before any training; "
-        "last: the last evaluation every node reached.",
+        "last: the last evaluation every node reached."
+        + (
+            " Constant answer: what answering each set's most common gold answer to every "
+            "task scores (exact match); mode share: the share of the policy's answers that "
+            "are its most common one, at the last evaluation (an accuracy near the first "
+            "with a share near 100 is a guess learned, not the task)."
+            if answers
+            else ""
+        ),
         "",
-        "| configuration | group | source | seeds | base | last (rounds trained) |",
-        "|---|---|---|---|---|---|",
+        "| configuration | group | source | seeds | base | last (rounds trained) |"
+        + (" constant answer | mode share |" if answers else ""),
+        "|---|---|---|---|---|---|" + ("---|---|" if answers else ""),
     ]
-    for row in summary_rows(curves):
+    for row in rows:
         lines.append(
             f"| {row['label']} | {row['group']} | {row['source']} | {row['seeds']} "
             f"| {_pct(row['base'])} | {_pct(row['last'])} ± {100 * row['last_std']:.1f} "
             f"({row['trained']}) |"
+            + (f" {_pct(row['constant'])} | {_pct(row['modal_share'])} |" if answers else "")
         )
     paired = paired_rows(curves)
     if paired:

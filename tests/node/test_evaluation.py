@@ -15,6 +15,7 @@ from node.evaluation import (
     combine_results,
     eval_record,
     held_out_seed,
+    modal_share,
 )
 from node.learner import EvalResult
 from node.metrics import read_metrics
@@ -101,6 +102,39 @@ def test_per_source_results_pool_by_size() -> None:
     assert combine_results({MIXTURE: results["copy"]}) == results["copy"]
     with pytest.raises(ValueError):
         combine_results({})
+
+
+def test_modal_share_counts_nones_in_the_whole() -> None:
+    assert modal_share(["1", "2", "1", None]) == ("1", 0.5)
+    assert modal_share(["2", "1"]) == ("2", 0.5)  # the first seen among equals
+    assert modal_share([None, None]) == (None, 0.0)
+    assert modal_share([]) == (None, 0.0)
+
+
+def test_the_record_says_what_a_constant_answer_explains() -> None:
+    """A policy answering "1" everywhere on a set whose gold is "1" for 3 of 4 tasks: the
+    record shows its accuracy is the constant answer's (what the real-model gcd and
+    letter_counting held-out sets turned out to measure, docs/real_swarm.md)."""
+    gcd = EvalResult(accuracy=0.75, n=4, answers=("1", "1", "1", "1"), golds=("1", "1", "3", "1"))
+    letters = EvalResult(
+        accuracy=0.5, n=4, answers=("2", "5", None, "2"), golds=("2", "4", "5", "1")
+    )
+    record = eval_record({"gcd": gcd, "letters": letters}, 1, per_source=True)
+    assert record["sources"]["gcd"] == {
+        "accuracy": 0.75,
+        "n": 4,
+        "constant_answer_accuracy": 0.75,
+        "modal_answer": "1",
+        "modal_answer_share": 1.0,
+    }
+    assert record["sources"]["letters"]["constant_answer_accuracy"] == 0.25
+    assert record["sources"]["letters"]["modal_answer"] == "2"
+    assert record["sources"]["letters"]["modal_answer_share"] == 0.5
+    # pooled: "1" is 4 of 8 answers and 4 of 8 golds
+    assert record["modal_answer"] == "1" and record["modal_answer_share"] == 0.5
+    assert record["constant_answer_accuracy"] == 0.5
+    # a learner that reports no answers (simnet's stub) keeps the old record
+    assert "modal_answer" not in eval_record({MIXTURE: EvalResult(accuracy=1.0, n=2)}, 0)
 
 
 def test_peers_groups_of_our_held_out_tasks_are_refused(tmp_path: Path) -> None:
@@ -204,7 +238,10 @@ def test_sampled_evaluation_scores_every_completion_reproducibly(tmp_path: Path)
     assert sampled.n == 20 and 0.0 <= sampled.accuracy <= 1.0
     again = learner.evaluate(refs, 3, samples=4)
     assert (again.accuracy, again.finished) == (sampled.accuracy, sampled.finished)
-    assert learner.evaluate(refs, 3).n == 5  # greedy: one answer per task
+    assert again.answers == sampled.answers and len(sampled.answers) == 20
+    assert sampled.golds == tuple(make_task(r).answer for r in refs)
+    greedy = learner.evaluate(refs, 3)
+    assert greedy.n == 5 and len(greedy.answers) == 5  # greedy: one answer per task
 
 
 def test_stub_sampled_accuracy_is_its_expected_pass_rate() -> None:

@@ -43,7 +43,7 @@ ACC = {
 }
 
 
-def _write_runs(root: Path) -> None:
+def _write_runs(root: Path, answer_stats: bool = False) -> None:
     for (label, seed, group), points in ACC.items():
         run = root / label / f"seed-{seed}"
         external = 0 if label == "silo" else 4
@@ -66,6 +66,10 @@ def _write_runs(root: Path) -> None:
                 if r in (1, 3):
                     add, copy = points[0 if r == 1 else 1]
                     entry = _eval(add, round(copy + delta, 6))
+                    if answer_stats:  # the silo answers one string more often as it trains
+                        share = 0.5 + (0.3 if label == "silo" and r == 3 else 0.0) + delta
+                        for source in entry["sources"].values():
+                            source.update(constant_answer_accuracy=0.4, modal_answer_share=share)
                 lines.append({"round": r, "mean_local_reward": 0.5, "eval": entry})
             text = "\n".join(json.dumps(line) for line in lines) + "\n"
             (run / name / "metrics.jsonl").write_text(text)
@@ -113,3 +117,21 @@ def test_report_adds_the_heldout_plot_and_section_only_with_per_source_evals(
     paths = write_report(tmp_path / "without")
     assert "heldout_per_source.png" not in {p.name for p in paths}
     assert "Held-out" not in paths[-1].read_text()
+
+
+def test_the_summary_says_what_a_constant_answer_scores_where_nodes_recorded_it(
+    tmp_path: Path,
+) -> None:
+    _write_runs(tmp_path, answer_stats=True)
+    curves = load_curves(load_runs(tmp_path))
+    rows = {(r["label"], r["source"]): r for r in summary_rows(curves)}
+    assert rows[("silo", "add")]["constant"] == pytest.approx(0.4)
+    assert rows[("silo", "add")]["modal_share"] == pytest.approx(0.8)  # last evaluation
+    assert rows[("swarm", "add")]["modal_share"] == pytest.approx(0.5)
+    text = "\n".join(markdown_lines(curves))
+    assert "| silo | a | add | 3 | 10.0 | 50.0 ± 10.0 (2) | 40.0 | 80.0 |" in text
+    assert "constant answer | mode share |" in text
+    # runs without the statistics keep the old table
+    _write_runs(tmp_path / "old")
+    old = summary_rows(load_curves(load_runs(tmp_path / "old")))
+    assert all(r["constant"] is None and r["modal_share"] is None for r in old)

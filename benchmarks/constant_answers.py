@@ -1,0 +1,102 @@
+"""What a constant answer scores on each node's held-out sets of a simnet scenario, against
+the accuracies its runs recorded: whether a held-out gain is a task learned or a guess.
+
+For each seed and node, rebuilds the node's held-out sets exactly as simnet does (the same
+derived model and task seeds) and prints, per source, the share of tasks whose gold answer
+is the set's most common one (what answering that one string everywhere scores under an
+exact-match scorer), the three most common gold answers, and the node's last recorded
+accuracy in each configuration found under the run directory. Runs recorded since the
+eval records carry `constant_answer_accuracy` need no rebuild (`swarm report` shows it);
+this reads older runs too. No model is loaded.
+
+    .venv/bin/python benchmarks/constant_answers.py \
+        examples/scenarios/real_swarm_specialties_pilot.toml runs/real_swarm_specialties \
+        --seeds 0,1,2,3
+
+Wall time: about a second per node and source (reasoning-gym builds the items).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from node.evaluation import held_out_sets, modal_share
+from rewards.tasks import make_task
+from simnet.scenario import load_scenario, node_config_data
+from simnet.sim_nodes import derive
+from swarm.config import parse_config
+
+
+def last_accuracy(metrics: Path, name: str) -> float | None:
+    """The node's last recorded held-out accuracy on set `name` (None: no evaluation)."""
+    if not metrics.exists():
+        return None
+    found = None
+    for line in metrics.read_text().splitlines():
+        evaluation = json.loads(line).get("eval")
+        if not evaluation:
+            continue
+        sources = evaluation.get("sources")
+        found = sources[name]["accuracy"] if sources and name in sources else evaluation["accuracy"]
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", type=Path)
+    parser.add_argument("runs", type=Path, nargs="?", default=None, help="its run directory")
+    parser.add_argument("--seeds", default="0", help="comma-separated")
+    args = parser.parse_args()
+    scenario = load_scenario(args.scenario)
+    variant = scenario.variants[0] if scenario.variants else None
+    arms = sorted(p.name for p in args.runs.iterdir() if p.is_dir()) if args.runs else []
+    by_group: dict[tuple[str, str], list[float]] = defaultdict(list)
+    print(
+        "| seed | node | held-out set | constant answer | most common gold answers |"
+        + "".join(f" {arm} last |" for arm in arms)
+    )
+    print("|---|---|---|---|---|" + "---|" * len(arms))
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for group in scenario.nodes:
+            for name in group.node_names():
+                init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
+                data = node_config_data(
+                    scenario,
+                    variant,
+                    group,
+                    name=name,
+                    data_dir=Path("unused"),
+                    model_seed=derive(seed, "model", group.model, init_key),
+                    tasks_seed=derive(seed, "tasks", name),
+                )
+                config = parse_config(data, f"{args.scenario}: node {name}")
+                for set_name, refs in held_out_sets(config).items():
+                    golds = [make_task(r).answer for r in refs]
+                    _, share = modal_share(golds)
+                    by_group[(group.name, set_name)].append(share)
+                    common = ", ".join(f"{a!r} x{k}" for a, k in Counter(golds).most_common(3))
+                    lasts = [
+                        last_accuracy(
+                            args.runs / arm / f"seed-{seed}" / name / "metrics.jsonl", set_name
+                        )
+                        for arm in arms
+                    ]
+                    shown = "".join(" - |" if v is None else f" {100 * v:.1f} |" for v in lasts)
+                    print(f"| {seed} | {name} | {set_name} | {100 * share:.1f} | {common} |{shown}")
+    print()
+    for (group, set_name), shares in by_group.items():
+        print(
+            f"{group} on {set_name}: a constant answer scores {100 * statistics.fmean(shares):.1f}"
+            f" (mean over {len(shares)} node-seeds)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -38,6 +38,10 @@ from swarm.config.learning import TaskSpec
 from swarm.messages import TaskRef
 
 MIXTURE = "mixture"
+
+MODAL_ANSWER_CHARS = 80
+"""The most common answer is recorded up to this many characters (an answer that is not
+one is often a whole line of text)."""
 """Name of the single held-out set drawn from the node's own mixture (no `eval.sources`)."""
 
 
@@ -134,7 +138,7 @@ def answer_stats(result: EvalResult) -> dict[str, Any]:
     _, constant = modal_share(result.golds)
     return {
         "constant_answer_accuracy": round(constant, 6),
-        "modal_answer": answer,
+        "modal_answer": answer if answer is None else answer[:MODAL_ANSWER_CHARS],
         "modal_answer_share": round(share, 6),
     }
 

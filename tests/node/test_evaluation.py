@@ -11,6 +11,7 @@ from gossip.memory import MemoryNetwork
 from node.build import apply_overrides
 from node.evaluation import (
     MIXTURE,
+    MODAL_ANSWER_CHARS,
     HeldOut,
     combine_results,
     eval_record,
@@ -133,6 +134,8 @@ def test_the_record_says_what_a_constant_answer_explains() -> None:
     # pooled: "1" is 4 of 8 answers and 4 of 8 golds
     assert record["modal_answer"] == "1" and record["modal_answer_share"] == 0.5
     assert record["constant_answer_accuracy"] == 0.5
+    rambling = EvalResult(accuracy=0.0, n=2, answers=("x" * 500,) * 2, golds=("1", "2"))
+    assert eval_record({MIXTURE: rambling}, 0)["modal_answer"] == "x" * MODAL_ANSWER_CHARS
     # a learner that reports no answers (simnet's stub) keeps the old record
     assert "modal_answer" not in eval_record({MIXTURE: EvalResult(accuracy=1.0, n=2)}, 0)
 

@@ -78,14 +78,24 @@ def main() -> None:
         ]
         print(f"| {variant} | {len(runs)} | " + " | ".join(cells) + " |")
 
-    print("\n| arm | node | held-out first | last | last - silo (points) |")
-    print("|---|---|---|---|---|")
+    print(
+        "\n| arm | node | held-out first | last | last - silo (points) | a constant scores "
+        "| answers' mode share (all its sets pooled), first / last |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for variant, runs in arms.items():
         for key, records in sorted(runs.items()):
             first, last = evals(records)[0][1], evals(records)[-1][1]
             control = evals(arms[args.silo][key])[-1][1] if key in arms[args.silo] else None
             delta = "-" if control is None else f"{100 * (last - control):+.1f}"
-            print(f"| {variant} | {key[1]} (seed {key[0]}) | {first:.3f} | {last:.3f} | {delta} |")
+            graded = [r["eval"] for r in records if r.get("eval")]
+            constant = graded[-1].get("constant_answer_accuracy")
+            shares = [g.get("modal_answer_share") for g in (graded[0], graded[-1])]
+            print(
+                f"| {variant} | {key[1]} (seed {key[0]}) | {first:.3f} | {last:.3f} | {delta} "
+                f"| {'-' if constant is None else f'{constant:.3f}'} "
+                f"| {' / '.join('-' if v is None else f'{v:.2f}' for v in shares)} |"
+            )
 
     print(
         "\n| arm | last held-out - silo, points [95% t] | cumulative own reward | "

@@ -38,11 +38,11 @@ from swarm.config.learning import TaskSpec
 from swarm.messages import TaskRef
 
 MIXTURE = "mixture"
+"""Name of the single held-out set drawn from the node's own mixture (no `eval.sources`)."""
 
 MODAL_ANSWER_CHARS = 80
 """The most common answer is recorded up to this many characters (an answer that is not
 one is often a whole line of text)."""
-"""Name of the single held-out set drawn from the node's own mixture (no `eval.sources`)."""
 
 
 def held_out_seed(config: NodeConfig) -> int:

@@ -5,9 +5,10 @@ For each seed and node, rebuilds the node's held-out sets exactly as simnet does
 derived model and task seeds) and prints, per source, the share of tasks whose gold answer
 is the set's most common one (what answering that one string everywhere scores under an
 exact-match scorer), the three most common gold answers, and the node's last recorded
-accuracy in each configuration found under the run directory. Runs recorded since the
-eval records carry `constant_answer_accuracy` need no rebuild (`swarm report` shows it);
-this reads older runs too. No model is loaded.
+accuracy in each configuration found under the run directory. The sets are built under
+the scenario's first variant (a variant that changes `[tasks]` or `[eval]` has others).
+Runs recorded since the eval records carry `constant_answer_accuracy` need no rebuild
+(`swarm report` shows it); this reads older runs too. No model is loaded.
 
     .venv/bin/python benchmarks/constant_answers.py \
         examples/scenarios/real_swarm_specialties_pilot.toml runs/real_swarm_specialties \
@@ -29,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.evaluation import held_out_sets, modal_share
 from rewards.tasks import make_task
+from simnet.engine import node_seeds
 from simnet.scenario import load_scenario, node_config_data
-from simnet.sim_nodes import derive
 from swarm.config import parse_config
 
 
@@ -66,15 +67,15 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         for group in scenario.nodes:
             for name in group.node_names():
-                init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
+                model_seed, tasks_seed = node_seeds(seed, group, name)
                 data = node_config_data(
                     scenario,
                     variant,
                     group,
                     name=name,
                     data_dir=Path("unused"),
-                    model_seed=derive(seed, "model", group.model, init_key),
-                    tasks_seed=derive(seed, "tasks", name),
+                    model_seed=model_seed,
+                    tasks_seed=tasks_seed,
                 )
                 config = parse_config(data, f"{args.scenario}: node {name}")
                 for set_name, refs in held_out_sets(config).items():

@@ -55,7 +55,7 @@ from simnet.attackers import Attacker, AttackSettings
 from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
 from simnet.run_summary import RunCost, attacker_summary, node_summary
-from simnet.scenario import MANY_KEYS, Scenario, VariantSpec, node_config_data
+from simnet.scenario import MANY_KEYS, NodeGroupSpec, Scenario, VariantSpec, node_config_data
 from simnet.scenario_network import ChurnFault, LeaveFault, PartitionFault
 from simnet.shared import shared_pure_work
 from simnet.sim_nodes import (
@@ -71,6 +71,13 @@ from swarm.config import parse_config
 from swarm.identity import Identity
 from swarm.messages import Hello
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
+
+
+def node_seeds(seed: int, group: NodeGroupSpec, name: str) -> tuple[int, int]:
+    """The model and task seeds of node `name` of `group` in a run of seed `seed` (its
+    held-out sets derive from them: `benchmarks/constant_answers.py` rebuilds them so)."""
+    init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
+    return derive(seed, "model", group.model, init_key), derive(seed, "tasks", name)
 
 
 class Simulation:
@@ -124,15 +131,15 @@ class Simulation:
         index = 0
         for group in scenario.nodes:
             for name in group.node_names():
-                init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
+                model_seed, tasks_seed = node_seeds(seed, group, name)
                 data = node_config_data(
                     scenario,
                     self.variant,
                     group,
                     name=name,
                     data_dir=self.run_dir / name,
-                    model_seed=derive(seed, "model", group.model, init_key),
-                    tasks_seed=derive(seed, "tasks", name),
+                    model_seed=model_seed,
+                    tasks_seed=tasks_seed,
                 )
                 config = parse_config(data, f"{scenario.name}: node {name}")
                 identity = Identity.from_seed(derive_bytes(seed, name))

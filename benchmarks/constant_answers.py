@@ -20,7 +20,6 @@ Wall time: about a second per node and source (reasoning-gym builds the items).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections import Counter, defaultdict
@@ -29,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.evaluation import held_out_sets, modal_share
+from node.metrics_segments import iter_metrics
 from rewards.tasks import make_task
 from simnet.engine import node_seeds
 from simnet.scenario import load_scenario, node_config_data
@@ -36,12 +36,11 @@ from swarm.config import parse_config
 
 
 def last_accuracy(metrics: Path, name: str) -> float | None:
-    """The node's last recorded held-out accuracy on set `name` (None: no evaluation)."""
-    if not metrics.exists():
-        return None
+    """The node's last recorded held-out accuracy on set `name` (None: no evaluation;
+    rotated segments read, a running node's torn last line skipped: `iter_metrics`)."""
     found = None
-    for line in metrics.read_text().splitlines():
-        evaluation = json.loads(line).get("eval")
+    for record in iter_metrics(metrics):
+        evaluation = record.get("eval")
         if not evaluation:
             continue
         sources = evaluation.get("sources")

@@ -21,6 +21,9 @@ Invariants:
   scorer) and `modal_answer` / `modal_answer_share` (the policy's most common answer and
   the share of its answers that are it). A policy that learned to answer "1" to every
   gcd question reaches the first figure, with a share near 1.
+- A held-out task whose item could not be built in time is left out of that evaluation
+  (`rewards.registry.build_tasks`): `n` counts what was scored, `skipped` (present only
+  when not 0) what was left out.
 - `due(round)` is every `eval.every` rounds (never when 0), at the start of the round.
 """
 
@@ -115,6 +118,7 @@ def combine_results(results: Mapping[str, EvalResult]) -> EvalResult:
         finished=sum(r.finished * r.n for r in results.values()) / weights,
         answers=tuple(a for r in results.values() for a in r.answers),
         golds=tuple(g for r in results.values() for g in r.golds),
+        skipped=sum(r.skipped for r in results.values()),
     )
 
 
@@ -156,6 +160,8 @@ def eval_record(
         "seconds": round(pooled.seconds, 4),
         **answer_stats(pooled),
     }
+    if pooled.skipped:
+        record["skipped"] = pooled.skipped
     if per_source:
         record["sources"] = {
             name: {"accuracy": round(r.accuracy, 6), "n": r.n, **answer_stats(r)}

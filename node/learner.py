@@ -88,6 +88,9 @@ class SampleResult:
     policy_version: int | None = None
     """The version of the weights that sampled the groups (None: the learner's current
     one; differs when sampling overlaps training)."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Task references left out by reason (their item was not built in time, or its
+    generator raised: `rewards.registry.build_tasks`)."""
 
 
 @dataclass
@@ -111,6 +114,9 @@ class EvalResult:
     none), in order; empty where a learner does not report them."""
     golds: tuple[str, ...] = ()
     """Each held-out task's gold answer, in order (empty where not reported)."""
+    skipped: int = 0
+    """Held-out tasks left out of this evaluation because their item was not built
+    (`rewards.registry.build_tasks`)."""
 
 
 class Learner(Protocol):

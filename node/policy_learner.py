@@ -42,13 +42,14 @@ from policy.sampler import SamplingParams, make_sampler, stop_token_ids
 from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer, TrainGroup
 from rewards.registry import (
+    build_tasks,
     canonical_completion,
     correctness,
     extract_answer,
     resolve_answer_format,
     score_group,
 )
-from rewards.tasks import make_task, solved_examples
+from rewards.tasks import solved_examples
 from swarm.config import NodeConfig
 from swarm.errors import ConfigError, RanksFailed
 from swarm.messages import DeltaPacket, TaskRef
@@ -213,7 +214,7 @@ class PolicyLearner:
             self._sampler_version = self.policy_version
 
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
-        tasks = [make_task(ref) for ref in refs]
+        tasks, skipped = build_tasks(refs, self.rewards_config)
         start = time.perf_counter()
         prompts = [self.renderer.ids(t.prompt, t.ref.source) for t in tasks]
         with self._sampler_lock:
@@ -237,11 +238,13 @@ class PolicyLearner:
                     ),
                 )
             )
-        return SampleResult(groups, sampled - start, time.perf_counter() - sampled, version)
+        return SampleResult(
+            groups, sampled - start, time.perf_counter() - sampled, version, dict(skipped)
+        )
 
     def evaluate(self, refs: list[TaskRef], max_new_tokens: int, samples: int = 0) -> EvalResult:
         start = time.perf_counter()
-        tasks = [make_task(ref) for ref in refs]
+        tasks, skipped = build_tasks(refs, self.rewards_config)
         params = SamplingParams(max_new_tokens, self.params.temperature, self.params.top_p)
         if samples == 0:
             params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
@@ -263,6 +266,7 @@ class PolicyLearner:
             finished=sum(ended) / max(len(ended), 1),
             answers=tuple(extract_answer(c.text) for cs in outputs for c in cs),
             golds=tuple(t.answer for t in tasks),
+            skipped=sum(skipped.values()),
         )
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:

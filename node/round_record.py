@@ -59,6 +59,8 @@ def round_record(
         "sampled_version": sampled_version,
         "time": node.clock.now(),
         "local_groups": len(sampled.groups),
+        # Own task references left out (item not built in time, generator raised).
+        "own_tasks_skipped": dict(sampled.skipped),
         "external_groups": len(external),
         "external_by_sender": dict(Counter(e.sender for e in external)),
         "external_reward_by_sender": mean_by_key(

@@ -34,6 +34,11 @@ Invariants:
   cannot be built within it scores 0 for every completion, counted as timeouts (under
   load, puzzle24's build alone outran the 2 s `timeout_s` and a correct answer scored 0).
 - Returned scores are finite floats.
+- A node's own tasks are built under a limit too (`build_tasks`): a slow source's item is
+  built in the scoring worker under `rescore_timeout_s` (where the scorer will find it
+  cached) and its task sent back; an item that is not built within it, or whose build
+  raises, is left out and counted by reason (`task_build_timeout`, `task_build_error`),
+  never raised into the caller. A fast source's task is built in this process.
 """
 
 from __future__ import annotations
@@ -43,13 +48,15 @@ import logging
 import math
 import pickle
 import threading
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from rewards.sandbox import JobTimeout, Sandbox
-from rewards.tasks import Task, TaskSource, answer_matches_format, get_source
+from rewards.tasks import Task, TaskSource, answer_matches_format, get_source, make_task
 from swarm.config.learning import RewardsConfig
+from swarm.messages import TaskRef
 
 log = logging.getLogger(__name__)
 
@@ -346,6 +353,35 @@ def _built_in_worker(task: Task, config: RewardsConfig) -> bool:
     except Exception as exc:  # noqa: BLE001 - the scorer's own call meets it again and counts it
         log.warning("building %s in the scoring worker raised %r", task.ref, exc)
     return True
+
+
+def _build(source: TaskSource, ref: TaskRef) -> Task:
+    """`ref`'s task, built in this process (the scoring worker, for `build_tasks`)."""
+    return source.make(ref.seed, ref.index)
+
+
+def build_tasks(refs: Sequence[TaskRef], config: RewardsConfig) -> tuple[list[Task], Counter[str]]:
+    """The tasks of `refs` that could be built (in order), and how many were left out by
+    reason (see the module docstring)."""
+    tasks: list[Task] = []
+    skipped: Counter[str] = Counter()
+    for ref in refs:
+        try:
+            source = get_source(ref.source)
+            if source.slow_scoring and _mode == "process":
+                task = _get_sandbox().call(_build, (source, ref), config.rescore_timeout_s)
+            else:
+                task = make_task(ref)
+        except JobTimeout:
+            log.warning("building %s took over %.3gs; left out", ref, config.rescore_timeout_s)
+            skipped["task_build_timeout"] += 1
+            continue
+        except Exception as exc:  # noqa: BLE001 - a generator's failure loses one task, not the round
+            log.warning("building %s raised %r; left out", ref, exc)
+            skipped["task_build_error"] += 1
+            continue
+        tasks.append(task)
+    return tasks, skipped
 
 
 def score_group(task: Task, completions: list[str], config: RewardsConfig) -> list[float]:

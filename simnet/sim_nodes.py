@@ -128,7 +128,7 @@ class TimedLearner:
     def sample(self, refs: list[TaskRef], seed: int) -> SampleResult:
         result = self.inner.sample(refs, seed)
         seconds = len(refs) * self.compute.sample_s_per_group * self._factor()
-        return SampleResult(result.groups, seconds, 0.0, result.policy_version)
+        return SampleResult(result.groups, seconds, 0.0, result.policy_version, result.skipped)
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
         result = self.inner.train(local, external)

@@ -256,3 +256,43 @@ def test_stub_sampled_accuracy_is_its_expected_pass_rate() -> None:
     expected = sum(learner.p_task(make_task(r).prompt) for r in refs) / len(refs)
     assert learner.evaluate(refs, 3, samples=8).accuracy == pytest.approx(expected)
     assert learner.evaluate(refs, 3).accuracy == pytest.approx(0.0)  # p < 1/2 everywhere
+
+
+def test_a_real_node_leaves_out_own_tasks_that_do_not_build(tmp_path: Path) -> None:
+    """Own references whose item raises or never builds (a reasoning-gym-like source,
+    built in the scoring worker under `rescore_timeout_s`): round 0 has no own group at
+    all and round 1 one; both train on and count what they left out by reason, and an
+    evaluation scores what it could build."""
+    from node.policy_learner import PolicyLearner
+    from node.runner import Node
+    from swarm.messages import TaskRef
+    from tests.rewards import slow_source
+
+    config = apply_overrides(
+        stub_config(tmp_path, "unbuilt"),
+        {
+            "eval": {"every": 0},
+            "node": {"checkpoint_every": 100},
+            "rewards": {"rescore_timeout_s": 2.0, "timeout_s": 1.0},
+            "sapo": {"external_groups": 0, "local_groups": 2},
+            "sampler": {"group_size": 2, "max_new_tokens": 2},
+        },
+        "test",
+    )
+    hang = slow_source.HANG_BUILD
+    rounds = iter(
+        [[TaskRef(hang, 0, 10), TaskRef(hang, 0, 1)], [TaskRef("add", 0, 0), TaskRef(hang, 0, 3)]]
+    )
+    stub = stub_node(config, MemoryNetwork("unbuilt"))
+    learner = PolicyLearner(config)
+    node = Node(config, stub.gossip, learner, stub.clock)
+    node.own_samples.tasks.next_refs = lambda n: next(rounds, [])  # type: ignore[method-assign]
+    asyncio.run(node.run(2))
+    records = read_metrics(Path(config.node.data_dir) / "metrics.jsonl")
+    assert [r["local_groups"] for r in records] == [0, 1]
+    assert records[0]["own_tasks_skipped"] == {"task_build_error": 1, "task_build_timeout": 1}
+    assert records[1]["own_tasks_skipped"] == {"task_build_timeout": 1}
+    assert records[1]["mean_local_reward"] is not None
+    result = learner.evaluate([TaskRef("add", 0, 0), TaskRef(hang, 0, 2), TaskRef(hang, 0, 20)], 2)
+    assert (result.n, result.skipped) == (2, 1)
+    assert eval_record({"mixture": result}, 1)["skipped"] == 1

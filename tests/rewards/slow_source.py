@@ -74,6 +74,27 @@ class SlowBuildSource:
 
 BUILTIN_SOURCES.setdefault(SLOW_BUILD, SlowBuildSource())  # type: ignore[arg-type]
 
+HANG_BUILD = "test-hang-build"
+"""A source marked slow (as reasoning-gym's are) whose item never builds for an odd index
+and whose build raises for an index that is a multiple of 10."""
+
+
+class HangBuildSource(SlowBuildSource):
+    name = HANG_BUILD
+
+    def make(self, seed: int, index: int) -> Task:
+        if index % 10 == 0:
+            raise RuntimeError("a dataset bug")
+        while index % 2:
+            time.sleep(0.01)
+        return Task(TaskRef(HANG_BUILD, seed, index), f"say {index}", str(index))
+
+    def score_answer(self, task: Task, answer: str) -> float:
+        return 1.0 if answer == self.make(task.ref.seed, task.ref.index).answer else 0.0
+
+
+BUILTIN_SOURCES.setdefault(HANG_BUILD, HangBuildSource())  # type: ignore[arg-type]
+
 
 def hang_reward(source: TaskSource, task: Task, answer: str) -> float:
     """A correctness reward that waits until `RELEASE` is set (forever in a worker)."""

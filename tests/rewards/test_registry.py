@@ -9,6 +9,7 @@ import pytest
 
 from rewards import registry
 from rewards.registry import (
+    build_tasks,
     extract_answer,
     format_reward,
     live_reward_threads,
@@ -226,3 +227,28 @@ def test_a_slow_item_build_is_not_timed_as_its_scoring() -> None:
     cold = source.make(7, 2)
     assert score(cold, "9", config) == 0.0  # what scoring alone did to a correct answer
     assert reward_counters()["timeouts"] == before + 1
+
+
+def test_own_tasks_that_do_not_build_in_time_are_left_out_and_counted() -> None:
+    """A slow source's item is built in the scoring worker under `rescore_timeout_s`: one
+    that never builds costs the limit and is left out, one whose generator raises is left
+    out, the rest come back built and in order (their items then cached for scoring)."""
+    import time
+
+    config = correctness_only(timeout_s=0.2, rescore_timeout_s=2.0)
+    refs = [TaskRef(slow_source.HANG_BUILD, 3, i) for i in (2, 1, 10, 4)]
+    start = time.monotonic()
+    tasks, skipped = build_tasks(refs, config)
+    assert time.monotonic() - start < 10  # one limit (2 s) and a fresh worker, not forever
+    assert [t.ref.index for t in tasks] == [2, 4]
+    assert [t.answer for t in tasks] == ["2", "4"]
+    assert skipped == {"task_build_timeout": 1, "task_build_error": 1}
+    assert score_group(tasks[1], ["4", "5"], config) == [1.0, 0.0]
+
+
+def test_fast_sources_build_here_and_an_unknown_one_is_left_out() -> None:
+    refs = [TaskRef("add", 0, 0), TaskRef("no-such-source", 0, 0), TaskRef("add", 0, 1)]
+    tasks, skipped = build_tasks(refs, correctness_only())
+    assert [t.ref for t in tasks] == [refs[0], refs[2]]
+    assert tasks[0] == make_task(refs[0])
+    assert skipped == {"task_build_error": 1}

@@ -16,11 +16,15 @@ Invariants:
   per source, its own accuracy and count (`combine_results` is the pure pooling).
 - Where the learner reports its answers and the gold ones (`EvalResult.answers`,
   `golds`), the record also says how much of the accuracy a constant answer explains:
-  `constant_answer_accuracy` (the share of tasks whose gold answer is the set's most
-  common one: what answering that one string to every task scores under an exact-match
-  scorer) and `modal_answer` / `modal_answer_share` (the policy's most common answer and
-  the share of its answers that are it). A policy that learned to answer "1" to every
-  gcd question reaches the first figure, with a share near 1.
+  `constant_answer_accuracy` and `constant_answer` (the one answer that, given to every
+  task, scores best under the node's own correctness, among the set's gold answers:
+  `EvalResult.constant`; partial credit counts, so on spell_backward a reversed word that
+  is no task's answer scores 15%; pooled over sets, each set's own weighted by size, no
+  answer recorded; where a learner did not compute it, the exact-match figure, the share
+  of the set's most common gold answer) and `modal_answer` / `modal_answer_share` (the
+  policy's most common answer and the share of its answers that are it). A policy that
+  learned to answer "1" to every gcd question reaches the first figure, with a share
+  near 1.
 - A held-out task whose item could not be built in time is left out of that evaluation
   (`rewards.registry.build_tasks`): `n` counts what was scored, `skipped` (present only
   when not 0) what was left out.
@@ -118,8 +122,20 @@ def combine_results(results: Mapping[str, EvalResult]) -> EvalResult:
         finished=sum(r.finished * r.n for r in results.values()) / weights,
         answers=tuple(a for r in results.values() for a in r.answers),
         golds=tuple(g for r in results.values() for g in r.golds),
+        constant=_pooled_constant(results.values()),
         skipped=sum(r.skipped for r in results.values()),
     )
+
+
+def _pooled_constant(results: Iterable[EvalResult]) -> tuple[str | None, float] | None:
+    """Each set's best constant, weighted by its number of tasks (a policy may give one
+    answer per source); None unless every set has one."""
+    results = list(results)
+    if any(r.constant is None for r in results):
+        return None
+    tasks = sum(len(r.golds) for r in results)
+    total = sum(r.constant[1] * len(r.golds) for r in results if r.constant is not None)
+    return None, total / tasks if tasks else 0.0
 
 
 def modal_share(values: Iterable[str | None]) -> tuple[str | None, float]:
@@ -139,12 +155,17 @@ def answer_stats(result: EvalResult) -> dict[str, Any]:
     if not result.answers or not result.golds:
         return {}
     answer, share = modal_share(result.answers)
-    _, constant = modal_share(result.golds)
-    return {
+    # Scored by the node's own correctness where the learner computed it; otherwise the
+    # exact-match figure: the share of the most common gold answer.
+    constant_answer, constant = result.constant or modal_share(result.golds)
+    stats: dict[str, Any] = {
         "constant_answer_accuracy": round(constant, 6),
         "modal_answer": answer if answer is None else answer[:MODAL_ANSWER_CHARS],
         "modal_answer_share": round(share, 6),
     }
+    if constant_answer is not None:
+        stats["constant_answer"] = constant_answer[:MODAL_ANSWER_CHARS]
+    return stats
 
 
 def eval_record(

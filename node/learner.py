@@ -114,6 +114,11 @@ class EvalResult:
     none), in order; empty where a learner does not report them."""
     golds: tuple[str, ...] = ()
     """Each held-out task's gold answer, in order (empty where not reported)."""
+    constant: tuple[str | None, float] | None = None
+    """What one answer given to every task scores (`rewards.registry.best_constant`: the
+    best of the tasks' gold answers under the node's correctness, partial credit
+    included; pooled over sets: each set's own, weighted by its size, answer None); None
+    where not computed."""
     skipped: int = 0
     """Held-out tasks left out of this evaluation because their item was not built
     (`rewards.registry.build_tasks`)."""

@@ -42,6 +42,7 @@ from policy.sampler import SamplingParams, make_sampler, stop_token_ids
 from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer, TrainGroup
 from rewards.registry import (
+    best_constant,
     build_tasks,
     canonical_completion,
     correctness,
@@ -266,6 +267,7 @@ class PolicyLearner:
             finished=sum(ended) / max(len(ended), 1),
             answers=tuple(extract_answer(c.text) for cs in outputs for c in cs),
             golds=tuple(t.answer for t in tasks),
+            constant=best_constant(tasks, self.rewards_config),
             skipped=sum(skipped.values()),
         )
 

@@ -384,6 +384,56 @@ def build_tasks(refs: Sequence[TaskRef], config: RewardsConfig) -> tuple[list[Ta
     return tasks, skipped
 
 
+CONSTANT_CANDIDATES = 64
+"""`best_constant` tries at most this many distinct gold answers (the most common first)."""
+
+
+def _mean_scores(
+    fn: CorrectnessFn, sources: list[TaskSource], tasks: list[Task], candidates: list[str]
+) -> list[float]:
+    """Each candidate answer's mean correctness over `tasks` (a scorer that raises or
+    returns a non-number scores 0, as in `correctness`)."""
+    means = []
+    for answer in candidates:
+        total = 0.0
+        for source, task in zip(sources, tasks, strict=True):
+            try:
+                value = float(fn(source, task, answer))
+            except Exception:  # noqa: BLE001 - counted as 0, as correctness does
+                value = 0.0
+            total += value if math.isfinite(value) else 0.0
+        means.append(total / len(tasks))
+    return means
+
+
+def best_constant(tasks: Sequence[Task], config: RewardsConfig) -> tuple[str, float] | None:
+    """The one answer that, given to every task, scores best under the configured
+    correctness, among the tasks' own gold answers (the most common first on ties), and its
+    mean score; None when there are no tasks or the scoring ran out of time.
+
+    Under an exact-match scorer this is the share of the most common gold answer. Under
+    partial credit it can be far above it: a position-wise letter match gives a reversed
+    word that is no task's answer credit on many tasks. A slow correctness runs as one
+    job in the scoring worker, limited to `timeout_s` per task."""
+    if not tasks:
+        return None
+    reward = get_correctness(config.correctness)
+    sources = [get_source(t.ref.source) for t in tasks]
+    golds = Counter(t.answer.strip() for t in tasks)
+    candidates = [answer for answer, _ in golds.most_common(CONSTANT_CANDIDATES)]
+    args = (reward.fn, sources, list(tasks), candidates)
+    if _mode == "process" and any(_is_slow(reward, s) for s in sources):
+        try:
+            means = _get_sandbox().call(_mean_scores, args, config.timeout_s * len(tasks))
+        except Exception as exc:  # noqa: BLE001 - an unknown baseline, not a failed evaluation
+            log.warning("scoring constant answers failed: %r", exc)
+            return None
+    else:
+        means = _mean_scores(*args)
+    best = max(range(len(candidates)), key=lambda i: (means[i], -i))
+    return candidates[best], means[best]
+
+
 def score_group(task: Task, completions: list[str], config: RewardsConfig) -> list[float]:
     """`score` for each completion of one group (its item built first: see the module
     docstring)."""

@@ -125,6 +125,7 @@ def test_the_record_says_what_a_constant_answer_explains() -> None:
         "accuracy": 0.75,
         "n": 4,
         "constant_answer_accuracy": 0.75,
+        "constant_answer": "1",
         "modal_answer": "1",
         "modal_answer_share": 1.0,
     }
@@ -138,6 +139,31 @@ def test_the_record_says_what_a_constant_answer_explains() -> None:
     assert eval_record({MIXTURE: rambling}, 0)["modal_answer"] == "x" * MODAL_ANSWER_CHARS
     # a learner that reports no answers (simnet's stub) keeps the old record
     assert "modal_answer" not in eval_record({MIXTURE: EvalResult(accuracy=1.0, n=2)}, 0)
+
+
+def test_the_record_takes_the_scored_constant_where_the_learner_computed_it() -> None:
+    """Partial credit: the learner's best constant (here 0.4, above the 1-in-4 share of
+    the most common gold) is what the record says; pooled, each set's own by size."""
+    spell = EvalResult(
+        accuracy=0.3,
+        n=4,
+        answers=("a", "b", "c", "d"),
+        golds=("ab", "cd", "ef", "gh"),
+        constant=("cd", 0.4),
+    )
+    gcd = EvalResult(
+        accuracy=0.5, n=8, answers=("1",) * 8, golds=("1",) * 6 + ("2",) * 2, constant=("1", 0.75)
+    )
+    record = eval_record({"spell": spell, "gcd": gcd}, 1, per_source=True)
+    assert record["sources"]["spell"]["constant_answer_accuracy"] == 0.4
+    assert record["sources"]["spell"]["constant_answer"] == "cd"
+    assert record["constant_answer_accuracy"] == round((0.4 * 4 + 0.75 * 8) / 12, 6)
+    assert "constant_answer" not in record  # one answer per source: none to name
+    unscored = EvalResult(accuracy=0.0, n=2, answers=("x", "y"), golds=("1", "2"))
+    assert "constant_answer_accuracy" in eval_record({"a": unscored, "b": gcd}, 1)
+    assert eval_record({"a": unscored, "b": gcd}, 1)["constant_answer_accuracy"] == round(
+        7 / 10, 6
+    )  # a set without a scored constant: the exact-match share over all golds
 
 
 def test_peers_groups_of_our_held_out_tasks_are_refused(tmp_path: Path) -> None:

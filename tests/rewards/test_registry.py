@@ -9,6 +9,7 @@ import pytest
 
 from rewards import registry
 from rewards.registry import (
+    best_constant,
     build_tasks,
     extract_answer,
     format_reward,
@@ -252,3 +253,35 @@ def test_fast_sources_build_here_and_an_unknown_one_is_left_out() -> None:
     assert [t.ref for t in tasks] == [refs[0], refs[2]]
     assert tasks[0] == make_task(refs[0])
     assert skipped == {"task_build_error": 1}
+
+
+def test_the_best_constant_answer_under_exact_match_is_the_most_common_gold() -> None:
+    tasks = [make_task(TaskRef("digit", 0, i)) for i in range(40)]
+    golds = [t.answer for t in tasks]
+    answer, mean = best_constant(tasks, correctness_only(correctness="exact")) or ("", 0.0)
+    top = max(set(golds), key=golds.count)
+    assert mean == golds.count(top) / 40 and golds.count(answer) == golds.count(top)
+    assert best_constant([], correctness_only()) is None
+
+
+def test_under_partial_credit_a_constant_scores_above_any_gold_share() -> None:
+    """spell_backward credits letters in place: one reversed word, given to all 32 tasks
+    (no two share an answer), scores far above 1/32 (computed in the scoring worker, the
+    same as scoring each pair here)."""
+    tasks = [make_task(TaskRef("rg:spell_backward", 11, i)) for i in range(32)]
+    assert len({t.answer for t in tasks}) == 32
+    config = correctness_only()
+    answer, mean = best_constant(tasks, config) or ("", 0.0)
+    assert mean > 2 / 32
+    here = [score(t, f"<answer>{answer}</answer>", config) for t in tasks]
+    assert abs(mean - sum(here) / 32) < 1e-9
+    others = [
+        sum(score(t, f"<answer>{u.answer}</answer>", config) for t in tasks) / 32 for u in tasks
+    ]
+    assert abs(max(others) - mean) < 1e-9
+
+
+def test_a_constant_that_cannot_be_scored_in_time_is_unknown() -> None:
+    _register("test-hang", slow_source.hang_reward, True)
+    tasks = [make_task(TaskRef("add", 0, i)) for i in range(2)]
+    assert best_constant(tasks, correctness_only(correctness="test-hang", timeout_s=0.1)) is None

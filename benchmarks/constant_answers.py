@@ -2,19 +2,22 @@
 the accuracies its runs recorded: whether a held-out gain is a task learned or a guess.
 
 For each seed and node, rebuilds the node's held-out sets exactly as simnet does (the same
-derived model and task seeds) and prints, per source, the share of tasks whose gold answer
-is the set's most common one (what answering that one string everywhere scores under an
-exact-match scorer), the three most common gold answers, and the node's last recorded
-accuracy in each configuration found under the run directory. The sets are built under
+derived model and task seeds) and prints, per source, what the best constant answer scores
+under the node's own correctness (`rewards.registry.best_constant`: the one gold answer
+of the set that, given to every task, scores best; partial credit counts), that answer,
+the share of tasks whose gold answer is the set's most common one (the same figure under
+an exact-match scorer), and the node's last recorded accuracy in each configuration
+found under the run directory. The sets are built under
 the scenario's first variant (a variant that changes `[tasks]` or `[eval]` has others).
-Runs recorded since the eval records carry `constant_answer_accuracy` need no rebuild
-(`swarm report` shows it); this reads older runs too. No model is loaded.
+Runs recorded since the eval records carry the scored `constant_answer_accuracy` need no
+rebuild (`swarm report` shows it); this reads older runs too. No model is loaded.
 
     .venv/bin/python benchmarks/constant_answers.py \
         examples/scenarios/real_swarm_specialties_pilot.toml runs/real_swarm_specialties \
         --seeds 0,1,2,3
 
-Wall time: about a second per node and source (reasoning-gym builds the items).
+Wall time: about a second per node and source (reasoning-gym builds the items and scores
+every gold answer against every task).
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.evaluation import held_out_sets, modal_share
 from node.metrics_segments import iter_metrics
+from rewards.registry import best_constant
 from rewards.tasks import make_task
 from simnet.engine import node_seeds
 from simnet.scenario import load_scenario, node_config_data
@@ -59,10 +63,10 @@ def main() -> None:
     arms = sorted(p.name for p in args.runs.iterdir() if p.is_dir()) if args.runs else []
     by_group: dict[tuple[str, str], list[float]] = defaultdict(list)
     print(
-        "| seed | node | held-out set | constant answer | most common gold answers |"
+        "| seed | node | held-out set | best constant scores | it is | most common gold's share |"
         + "".join(f" {arm} last |" for arm in arms)
     )
-    print("|---|---|---|---|---|" + "---|" * len(arms))
+    print("|---|---|---|---|---|---|" + "---|" * len(arms))
     for seed in (int(s) for s in args.seeds.split(",")):
         for group in scenario.nodes:
             for name in group.node_names():
@@ -78,10 +82,13 @@ def main() -> None:
                 )
                 config = parse_config(data, f"{args.scenario}: node {name}")
                 for set_name, refs in held_out_sets(config).items():
-                    golds = [make_task(r).answer for r in refs]
-                    _, share = modal_share(golds)
-                    by_group[(group.name, set_name)].append(share)
-                    common = ", ".join(f"{a!r} x{k}" for a, k in Counter(golds).most_common(3))
+                    tasks = [make_task(r) for r in refs]
+                    _, share = modal_share(t.answer for t in tasks)
+                    best = best_constant(tasks, config.rewards)
+                    if best is None:
+                        raise SystemExit(f"{name} {set_name}: the constants could not be scored")
+                    answer, scored = best
+                    by_group[(group.name, set_name)].append(scored)
                     lasts = [
                         last_accuracy(
                             args.runs / arm / f"seed-{seed}" / name / "metrics.jsonl", set_name
@@ -89,9 +96,12 @@ def main() -> None:
                         for arm in arms
                     ]
                     shown = "".join(" - |" if v is None else f" {100 * v:.1f} |" for v in lasts)
-                    print(f"| {seed} | {name} | {set_name} | {100 * share:.1f} | {common} |{shown}")
+                    print(
+                        f"| {seed} | {name} | {set_name} | {100 * scored:.1f} | {answer!r} "
+                        f"| {100 * share:.1f} |{shown}"
+                    )
     print()
-    for (group, set_name), shares in by_group.items():
+    for (group, set_name), shares in by_group.items():  # scored constants
         print(
             f"{group} on {set_name}: a constant answer scores {100 * statistics.fmean(shares):.1f}"
             f" (mean over {len(shares)} node-seeds)"

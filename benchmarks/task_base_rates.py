@@ -8,8 +8,11 @@ node's own `PolicyLearner.evaluate` (the chat template, system prompt and two so
 examples a node sends). One model load serves every source. Prints a table (and writes
 `--json`); sources inside the band are marked, as `guessable` where answering the set's
 most common gold answer to every task (`const`) already scores the band's low edge: there
-a rising held-out score can be a guess learned (`docs/real_swarm.md`). `mode`: the share
-of the base's greedy answers that are its most common one.
+a rising held-out score can be a guess learned (`docs/real_swarm.md`). `const` is scored
+by the node's own correctness (`rewards.registry.best_constant`: the best of the set's
+gold answers given to every task), so partial credit counts. `mode`: the share of the
+base's greedy answers that are its most common one. `--constants-only` prints `const` and
+that answer without loading a model (about a second per source).
 
     .venv/bin/python benchmarks/task_base_rates.py --model .cache/smollm2-135m-instruct \
         --sources rg:gcd,rg:lcm,rg:count_bits --tasks 32 --samples 4 --max-new-tokens 24
@@ -63,6 +66,20 @@ def node_config(model: str, sources: list[str], args: argparse.Namespace, data_d
     )
 
 
+def print_constants(args: argparse.Namespace, sources: list[str]) -> None:
+    """`const` per source on the same held-out sets, and the answer that scores it."""
+    from rewards.registry import best_constant
+    from rewards.tasks import make_task
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        config = node_config(args.model, sources, args, data_dir)
+        print(f"{'source':<28} {'const':>6}  answer")
+        for source, refs in held_out_sets(config).items():
+            best = best_constant([make_task(r) for r in refs], config.rewards)
+            shown = "-" if best is None else f"{best[1]:>6.3f}  {best[0][:60]!r}"
+            print(f"{source:<28} {shown}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=".cache/smollm2-135m-instruct")
@@ -74,9 +91,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="model and task seed (held-out set)")
     parser.add_argument("--band", default="0.05,0.40", help="low,high of the wanted base rate")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--constants-only", action="store_true", help="no model: const only")
     args = parser.parse_args()
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     low, high = (float(x) for x in args.band.split(","))
+    if args.constants_only:
+        print_constants(args, sources)
+        return
 
     from node.policy_learner import PolicyLearner  # torch: after argument errors
 

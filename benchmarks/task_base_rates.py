@@ -6,11 +6,11 @@ of one held-out seed, default options) is answered by the base model, greedily a
 `--samples` sampled completions per task at the sampler's temperature, through the
 node's own `PolicyLearner.evaluate` (the chat template, system prompt and two solved
 examples a node sends). One model load serves every source. Prints a table (and writes
-`--json`); sources inside the band are marked, as `guessable` where answering the set's
-most common gold answer to every task (`const`) already scores the band's low edge: there
-a rising held-out score can be a guess learned (`docs/real_swarm.md`). `const` is scored
-by the node's own correctness (`rewards.registry.best_constant`: the best of the set's
-gold answers given to every task), so partial credit counts. `mode`: the share of the
+`--json`); sources inside the band are marked, as `guessable` where one answer given to
+every task (`const`) already scores the band's low edge: there a rising held-out score
+can be a guess learned (`docs/real_swarm.md`). `const` is scored by the node's own
+correctness (`rewards.registry.best_constant`: the best of the set's gold answers given
+to every task), so partial credit counts. `mode`: the share of the
 base's greedy answers that are its most common one. `--constants-only` prints `const` and
 that answer without loading a model (about a second per source).
 

@@ -90,10 +90,13 @@ def main() -> None:
             delta = "-" if control is None else f"{100 * (last - control):+.1f}"
             graded = [r["eval"] for r in records if r.get("eval")]
             constant = graded[-1].get("constant_answer_accuracy")
+            # Records before 2026-12-07 carry the exact-match figure only (no
+            # `constant_answer`); benchmarks/constant_answers.py scores theirs.
+            exact = "" if "constant_answer" in graded[-1] else " (exact match)"
             shares = [g.get("modal_answer_share") for g in (graded[0], graded[-1])]
             print(
                 f"| {variant} | {key[1]} (seed {key[0]}) | {first:.3f} | {last:.3f} | {delta} "
-                f"| {'-' if constant is None else f'{constant:.3f}'} "
+                f"| {'-' if constant is None else f'{constant:.3f}{exact}'} "
                 f"| {' / '.join('-' if v is None else f'{v:.2f}' for v in shares)} |"
             )
 

@@ -8,7 +8,8 @@ of the set that, given to every task, scores best; partial credit counts), that 
 the share of tasks whose gold answer is the set's most common one (the same figure under
 an exact-match scorer), and the node's last recorded accuracy in each configuration
 found under the run directory. The sets are built under
-the scenario's first variant (a variant that changes `[tasks]` or `[eval]` has others).
+the scenario's first variant, or `--variant` (a variant that changes `[tasks]` or
+`[eval]` has other sets; then only that variant's runs are shown).
 Runs recorded since the eval records carry the scored `constant_answer_accuracy` need no
 rebuild (`swarm report` shows it); this reads older runs too. No model is loaded.
 
@@ -57,10 +58,16 @@ def main() -> None:
     parser.add_argument("scenario", type=Path)
     parser.add_argument("runs", type=Path, nargs="?", default=None, help="its run directory")
     parser.add_argument("--seeds", default="0", help="comma-separated")
+    parser.add_argument("--variant", default=None, help="whose sets (default: the first)")
     args = parser.parse_args()
     scenario = load_scenario(args.scenario)
-    variant = scenario.variants[0] if scenario.variants else None
+    variants = {v.name: v for v in scenario.variants}
+    if args.variant is not None and args.variant not in variants:
+        raise SystemExit(f"no variant {args.variant!r}; known: {', '.join(variants)}")
+    variant = variants.get(args.variant) or (scenario.variants[0] if scenario.variants else None)
     arms = sorted(p.name for p in args.runs.iterdir() if p.is_dir()) if args.runs else []
+    if args.variant is not None:
+        arms = [arm for arm in arms if arm == args.variant]
     by_group: dict[tuple[str, str], list[float]] = defaultdict(list)
     print(
         "| seed | node | held-out set | best constant scores | it is | most common gold's share |"

@@ -18,8 +18,8 @@ Invariants:
   `golds`), the record also says how much of the accuracy a constant answer explains:
   `constant_answer_accuracy` and `constant_answer` (the one answer that, given to every
   task, scores best under the node's own correctness, among the set's gold answers:
-  `EvalResult.constant`; partial credit counts, so on spell_backward a reversed word that
-  is no task's answer scores 15%; pooled over sets, each set's own weighted by size, no
+  `EvalResult.constant`; partial credit counts, so on spell_backward one task's reversed
+  word, given to all, collects 15% in letters in place; pooled over sets, each set's own weighted by size, no
   answer recorded; where a learner did not compute it, the exact-match figure, the share
   of the set's most common gold answer) and `modal_answer` / `modal_answer_share` (the
   policy's most common answer and the share of its answers that are it). A policy that

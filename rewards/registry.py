@@ -412,8 +412,8 @@ def best_constant(tasks: Sequence[Task], config: RewardsConfig) -> tuple[str, fl
     mean score; None when there are no tasks or the scoring ran out of time.
 
     Under an exact-match scorer this is the share of the most common gold answer. Under
-    partial credit it can be far above it: a position-wise letter match gives a reversed
-    word that is no task's answer credit on many tasks. A slow correctness runs as one
+    partial credit it can be far above it: under a letters-in-place score one task's reversed
+    word collects credit on the tasks whose answer it is not. A slow correctness runs as one
     job in the scoring worker, limited to `timeout_s` per task."""
     if not tasks:
         return None

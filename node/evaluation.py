@@ -19,12 +19,12 @@ Invariants:
   `constant_answer_accuracy` and `constant_answer` (the one answer that, given to every
   task, scores best under the node's own correctness, among the set's gold answers:
   `EvalResult.constant`; partial credit counts, so on spell_backward one task's reversed
-  word, given to all, collects 15% in letters in place; pooled over sets, each set's own weighted by size, no
-  answer recorded; where a learner did not compute it, the exact-match figure, the share
-  of the set's most common gold answer) and `modal_answer` / `modal_answer_share` (the
-  policy's most common answer and the share of its answers that are it). A policy that
-  learned to answer "1" to every gcd question reaches the first figure, with a share
-  near 1.
+  word, given to all, collects 15% in letters in place; pooled over sets, each set's own
+  weighted by size, no answer recorded; where a learner did not compute it, the
+  exact-match figure, the share of the set's most common gold answer) and
+  `modal_answer` / `modal_answer_share` (the policy's most common answer and the share of
+  its answers that are it). A policy that learned to answer "1" to every gcd question
+  reaches the first figure, with a share near 1.
 - A held-out task whose item could not be built in time is left out of that evaluation
   (`rewards.registry.build_tasks`): `n` counts what was scored, `skipped` (present only
   when not 0) what was left out.

@@ -38,10 +38,18 @@ OPEN = {
     "defended-earned": "open",
     "i4-j4-signal-wild-cohorts": "i4-j4-signal-wild",
     "i4-j4-signal-wild-earned": "i4-j4-signal-wild",
+    "defended-half": "open",
+    "i4-j4-signal-wild-half": "i4-j4-signal-wild",
 }
 """A defended variant -> the same scenario's variant without cohorts."""
-ONE = {"defended-earned": "defended", "i4-j4-signal-wild-earned": "i4-j4-signal-wild-cohorts"}
-"""An `earned` variant -> the same scenario's variant with cohorts weighing one sender."""
+REFINES = {
+    "defended-earned": "defended",
+    "i4-j4-signal-wild-earned": "i4-j4-signal-wild-cohorts",
+    "defended-half": "defended-earned",
+    "i4-j4-signal-wild-half": "i4-j4-signal-wild-earned",
+}
+"""A variant -> the same scenario's variant it refines: `earned` the cohorts weighing one
+sender, `half` (`cohort_older_share = 0.5`) the `earned` ones."""
 
 
 def runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
@@ -95,7 +103,7 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
     rows = []
     lines = [
         "| row | seeds | cumulative reward | vs honest swarm [95% CI] | vs plain silo [95% CI] "
-        "| vs the same row open | vs the same row, cohorts weighing one "
+        "| vs the same row open | vs the variant it refines (earned: one; half: earned) "
         "| attacker's slot share (whole run / after its first slot) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -109,7 +117,7 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
         vs_silo = paired_ratios(values, silo)
         open_key = (key[0], OPEN.get(key[1], ""))
         vs_open = paired_ratios(values, cumulative[open_key]) if open_key in cumulative else []
-        one_key = (key[0], ONE.get(key[1], ""))
+        one_key = (key[0], REFINES.get(key[1], ""))
         vs_one = paired_ratios(values, cumulative[one_key]) if one_key in cumulative else []
         shares = [
             attacker_slots(f, json.loads((f / "run.json").read_text())) for f in found[key].values()

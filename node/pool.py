@@ -91,6 +91,8 @@ class RolloutPool:
     """Rounds over which a new cohort's draw weight grows to an established one's."""
     cohort_weight: str = "one"
     """How a grown cohort weighs (`node.trust.WEIGHTINGS`)."""
+    cohort_older_share: float = 0.0
+    """Earned weights: a cohort's cap as a share of all older cohorts (0: none)."""
     senders_first: bool = False
     """Spread each `select`'s picks over senders before any sender gets a second."""
     entries: list[PoolEntry] = field(default_factory=list)
@@ -113,6 +115,7 @@ class RolloutPool:
             cohort_rounds=sapo.cohort_rounds,
             cohort_ramp_rounds=sapo.cohort_ramp_rounds,
             cohort_weight=sapo.cohort_weight,
+            cohort_older_share=sapo.cohort_older_share,
             senders_first=sapo.senders_first,
         )
 
@@ -123,7 +126,10 @@ class RolloutPool:
         self.recent = RecentTasks(self.novelty_window)
         """Tasks (prompts) this node trained lately, for `signal` selection."""
         self.trust = TrustBook(
-            self.cohort_rounds, self.cohort_ramp_rounds, weighting=self.cohort_weight
+            self.cohort_rounds,
+            self.cohort_ramp_rounds,
+            weighting=self.cohort_weight,
+            older_share=self.cohort_older_share,
         )
         """When this node first accepted each sender (`node.trust`): every group
         accepted here notes its sender; `node.intake` reports blamed refusals."""

@@ -31,6 +31,10 @@ first heard of each sender. Keys minted together and sent together arrive togeth
   arrived at t0 weighs at most (t - t0 + 1) / ramp_rounds against the founders'
   (t + 1) / ramp_rounds, and in the long run as much as they do (as with `"one"`),
   however many keys it holds. So its share is at no round larger than under `"one"`.
+  With `older_share` (> 0, earned only) a cohort also weighs at most that share of all
+  older cohorts' weights together: at 0.5 a wave never has more than a third of the
+  draw against the founders (a half: up to a half), while a lone newcomer, at most one
+  sender's weight, is not held back once the founders weigh 2 or more.
 - A refusal blamed on a sender (forged rewards, a mismatched prompt: what `node.intake`
   blames) moves it to the cohort of the current round: its age starts again.
 
@@ -83,9 +87,12 @@ class TrustBook:
         ramp_rounds: int = 32,
         max_senders: int = MAX_SENDERS,
         weighting: str = "one",
+        older_share: float = 0.0,
     ) -> None:
         if weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, not {weighting!r}")
+        if older_share < 0 or (older_share > 0 and weighting != "earned"):
+            raise ValueError("older_share must be >= 0, and > 0 only with earned weights")
         if cohort_rounds < 0:
             raise ValueError("cohort_rounds must be >= 0")
         if ramp_rounds < 1:
@@ -96,6 +103,7 @@ class TrustBook:
         self.ramp_rounds = ramp_rounds
         self.max_senders = max_senders
         self.weighting = weighting
+        self.older_share = older_share
         self._senders: BoundedDict[str, SenderHistory] = BoundedDict(max_senders)
         self._origin: int | None = None
         """Our round when we accepted the first group of anyone (cohort 0 opens then)."""
@@ -147,20 +155,24 @@ class TrustBook:
     def weights(self, cohorts: Iterable[int], own_round: int) -> dict[int, float]:
         """The draw weights of `cohorts` at our round `own_round` (see the module doc):
         with `earned`, each capped by the largest weight of an older cohort with active
-        senders (whether or not it is among `cohorts`)."""
+        senders (whether or not it is among `cohorts`), and with `older_share` by that
+        share of all older cohorts' weights together."""
         wanted = set(cohorts)
         if self.weighting != "earned":
             return {c: self.weight(c, own_round) for c in wanted}
         active = self.active_senders(own_round)
         out: dict[int, float] = {}
-        older = 0.0
+        older = older_total = 0.0
         for c in sorted(wanted | set(active)):
             w = self.weight(c, own_round, active[c])
             if older > 0:
                 w = min(w, older)
+            if self.older_share > 0 and older_total > 0:
+                w = min(w, self.older_share * older_total)
             if c in wanted:
                 out[c] = w
             older = max(older, w)
+            older_total += w
         return out
 
     def active_senders(self, own_round: int) -> Counter[int]:

@@ -102,6 +102,10 @@ class SapoConfig(StrictModel):
     as many senders as it has active, earned one per `cohort_ramp_rounds` of its age
     (`earned`: a lone newcomer grows to one sender's fair share; a wave of keys stays
     bounded by its age, not its number). `docs/sybil.md` measures both."""
+    cohort_older_share: float = Field(0.0, ge=0, le=100)
+    """With `cohort_weight = "earned"`: a cohort weighs at most this share of all older
+    cohorts together (0: no such cap). At 0.5 a late wave of keys never has more than a
+    third of the slots against the peers that were here before it (`docs/sybil.md`)."""
     senders_first: bool = False
     """Spread the J picks over senders: no sender gets a second group while another
     sender with a usable group has none (then `per_sender_cap` applies)."""
@@ -145,7 +149,13 @@ class SapoConfig(StrictModel):
                 "trains on none of its own samples); delete sampled_groups"
             )
         if self.cohort_rounds == 0:
-            refuse_idle(self, ("cohort_ramp_rounds", "cohort_weight"), "cohort_rounds > 0")
+            refuse_idle(
+                self,
+                ("cohort_ramp_rounds", "cohort_weight", "cohort_older_share"),
+                "cohort_rounds > 0",
+            )
+        elif self.cohort_weight != "earned":
+            refuse_idle(self, ("cohort_older_share",), 'cohort_weight = "earned"')
         if self.external_selection != "signal":
             refuse_idle(self, ("novelty_window",), 'external_selection = "signal"')
         return self

@@ -233,3 +233,38 @@ def test_config_names_the_cohort_bound() -> None:
     assert parse_config({"sapo": {"cohort_rounds": 8}}).sapo.cohort_rounds == 8
     with pytest.raises(ConfigError, match=r"sapo\.cohort_ramp_rounds"):
         parse_config({"sapo": {"cohort_ramp_rounds": 0}})
+
+
+def test_a_share_of_the_older_cohorts_caps_a_wave_but_not_a_newcomer() -> None:
+    """With `older_share = 0.5` a wave of 128 keys weighs at most half the founders (a
+    third of the draw) however long it has been here; a lone newcomer keeps its one
+    sender's weight; a cohort's cap counts every older cohort together."""
+    book = TrustBook(cohort_rounds=8, ramp_rounds=32, weighting="earned", older_share=0.5)
+    plain = TrustBook(cohort_rounds=8, ramp_rounds=32, weighting="earned")
+    for b in (book, plain):
+        for peer in range(7):
+            b.note_verified(f"honest-{peer}", 0)
+        for key in range(128):
+            b.note_verified(f"sybil-{key}", 40)  # cohort 5
+        b.note_verified("newcomer", 60)  # cohort 7
+        for peer in range(7):
+            b.note_verified(f"honest-{peer}", 140)
+        for key in range(128):
+            b.note_verified(f"sybil-{key}", 140)
+        b.note_verified("newcomer", 140)
+    # Round 140: founders 141/32, the wave 101/32 without the cap, 70.5/32 with it.
+    assert plain.weights([0, 5, 7], 140) == pytest.approx({0: 141 / 32, 5: 101 / 32, 7: 1.0})
+    assert book.weights([0, 5, 7], 140) == pytest.approx({0: 141 / 32, 5: 70.5 / 32, 7: 1.0})
+    rng = random.Random(7)
+    drawn = Counter(book.draw_cohort([0, 5], 140, rng) for _ in range(4000))
+    assert drawn[5] / 4000 == pytest.approx(1 / 3, abs=0.03)
+    # Long after: the founders weigh 7, the wave 3.5 (not 7), the newcomer 1.
+    for b in (book,):
+        for peer in range(7):
+            b.note_verified(f"honest-{peer}", 3000)
+        for key in range(128):
+            b.note_verified(f"sybil-{key}", 3000)
+        b.note_verified("newcomer", 3000)
+    assert book.weights([0, 5, 7], 3000) == {0: 7.0, 5: 3.5, 7: 1.0}
+    with pytest.raises(ValueError, match="older_share"):
+        TrustBook(cohort_rounds=8, older_share=0.5)  # only with earned weights

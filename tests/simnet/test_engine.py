@@ -52,6 +52,22 @@ def test_every_round_is_recorded_with_virtual_time(tmp_path: Path) -> None:
     assert summary["external_per_round"] > 1.0
 
 
+def test_nodes_sample_only_the_rounds_they_run(tmp_path: Path, monkeypatch) -> None:
+    """No sampling ahead after a node's last round (a round that never comes)."""
+    from simnet.stub import StubLearner
+
+    sampled: list[int] = []
+    original = StubLearner.sample
+
+    def counted(self: StubLearner, refs: list, seed: int):  # type: ignore[no-untyped-def]
+        sampled.append(seed)
+        return original(self, refs, seed)
+
+    monkeypatch.setattr(StubLearner, "sample", counted)
+    summary = Simulation(scenario(), None, 0, tmp_path).run()
+    assert len(sampled) == 12 * len(summary["nodes"])
+
+
 def test_partition_heals_and_messages_flow_again(tmp_path: Path) -> None:
     sides = {"n-0": 0, "n-1": 0, "n-2": 1, "n-3": 1}
     run = scenario(

@@ -35,9 +35,8 @@ from node.evaluation import held_out_sets, modal_share
 from node.metrics_segments import iter_metrics
 from rewards.registry import best_constant
 from rewards.tasks import make_task
-from simnet.engine import node_seeds
-from simnet.scenario import load_scenario, node_config_data
-from swarm.config import parse_config
+from simnet.engine import node_config
+from simnet.scenario import load_scenario
 
 
 def last_accuracy(metrics: Path, name: str) -> float | None:
@@ -77,17 +76,7 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         for group in scenario.nodes:
             for name in group.node_names():
-                model_seed, tasks_seed = node_seeds(seed, group, name)
-                data = node_config_data(
-                    scenario,
-                    variant,
-                    group,
-                    name=name,
-                    data_dir=Path("unused"),
-                    model_seed=model_seed,
-                    tasks_seed=tasks_seed,
-                )
-                config = parse_config(data, f"{args.scenario}: node {name}")
+                config = node_config(scenario, variant, group, name, seed, Path("unused"))
                 for set_name, refs in held_out_sets(config).items():
                     tasks = [make_task(r) for r in refs]
                     _, share = modal_share(t.answer for t in tasks)

@@ -50,7 +50,7 @@ from rewards.registry import (
     resolve_answer_format,
     score_group,
 )
-from rewards.tasks import solved_examples
+from rewards.tasks import Task, solved_examples
 from swarm.config import NodeConfig
 from swarm.errors import ConfigError, RanksFailed
 from swarm.messages import DeltaPacket, TaskRef
@@ -179,6 +179,9 @@ class PolicyLearner:
         self._sampler_lock = threading.Lock()
         """Held while the sampler generates or takes new weights (never both at once)."""
         self._sampler_version = self.policy_version
+        self._constants: dict[tuple[TaskRef, ...], tuple[str, float]] = {}
+        """Each held-out set's best constant answer (`best_constant`): the sets are fixed
+        for the node's life, so it is scored once (64 answers x every task)."""
         self.params = SamplingParams.from_config(config.sampler)
         self.stop_ids = frozenset(stop_token_ids(self.model, self.tokenizer))
         self.group_size = config.sampler.group_size
@@ -267,9 +270,18 @@ class PolicyLearner:
             finished=sum(ended) / max(len(ended), 1),
             answers=tuple(extract_answer(c.text) for cs in outputs for c in cs),
             golds=tuple(t.answer for t in tasks),
-            constant=best_constant(tasks, self.rewards_config),
+            constant=self._constant(tasks),
             skipped=sum(skipped.values()),
         )
+
+    def _constant(self, tasks: list[Task]) -> tuple[str, float] | None:
+        key = tuple(t.ref for t in tasks)
+        if key not in self._constants:
+            found = best_constant(tasks, self.rewards_config)
+            if found is None:  # ran out of time: unknown this time, tried again next
+                return None
+            self._constants[key] = found
+        return self._constants[key]
 
     def train(self, local: list[LocalGroup], external: list[ExternalGroup]) -> TrainResult:
         start = time.perf_counter()

@@ -29,7 +29,7 @@ Invariants:
   retires a worker whose job left one running (`rewards.sandbox`), so the thread dies
   with it.
 - A slow scorer's limit times the scorer alone: in process mode `score_group` first has
-  the worker build the group's item (`_regenerate`, what a reasoning-gym scorer would do
+  the worker build the group's item (`_build`, what a reasoning-gym scorer would do
   on its first call there), under the group's limit `rescore_timeout_s`; an item that
   cannot be built within it scores 0 for every completion, counted as timeouts (under
   load, puzzle24's build alone outran the 2 s `timeout_s` and a correct answer scored 0).
@@ -332,10 +332,11 @@ def score(task: Task, completion: str, config: RewardsConfig) -> float:
     return value
 
 
-def _regenerate(source: TaskSource, task: Task) -> None:
-    """Build `task`'s item in this process (the scoring worker), so that it is cached
-    there before a scorer that regenerates it runs under its own limit."""
-    source.make(task.ref.seed, task.ref.index)
+def _build(source: TaskSource, ref: TaskRef) -> Task:
+    """`ref`'s task, built in this process (the scoring worker): for `build_tasks`, and
+    so that the item is cached there before a scorer that regenerates it runs under its
+    own limit (`_built_in_worker`)."""
+    return source.make(ref.seed, ref.index)
 
 
 def _built_in_worker(task: Task, config: RewardsConfig) -> bool:
@@ -346,18 +347,13 @@ def _built_in_worker(task: Task, config: RewardsConfig) -> bool:
     if not _is_slow(reward, source) or _mode != "process":
         return True
     try:
-        _get_sandbox().call(_regenerate, (source, task), config.rescore_timeout_s)
+        _get_sandbox().call(_build, (source, task.ref), config.rescore_timeout_s)
     except JobTimeout:
         log.warning("building %s took over %.3gs; scoring 0", task.ref, config.rescore_timeout_s)
         return False
     except Exception as exc:  # noqa: BLE001 - the scorer's own call meets it again and counts it
         log.warning("building %s in the scoring worker raised %r", task.ref, exc)
     return True
-
-
-def _build(source: TaskSource, ref: TaskRef) -> Task:
-    """`ref`'s task, built in this process (the scoring worker, for `build_tasks`)."""
-    return source.make(ref.seed, ref.index)
 
 
 def build_tasks(refs: Sequence[TaskRef], config: RewardsConfig) -> tuple[list[Task], Counter[str]]:

@@ -67,17 +67,39 @@ from simnet.sim_nodes import (
     fewer_young_gc_passes,
     make_learner,
 )
-from swarm.config import parse_config
+from swarm.config import NodeConfig, parse_config
 from swarm.identity import Identity
 from swarm.messages import Hello
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
 
 def node_seeds(seed: int, group: NodeGroupSpec, name: str) -> tuple[int, int]:
-    """The model and task seeds of node `name` of `group` in a run of seed `seed` (its
-    held-out sets derive from them: `benchmarks/constant_answers.py` rebuilds them so)."""
+    """The model and task seeds of node `name` of `group` in a run of seed `seed`."""
     init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
     return derive(seed, "model", group.model, init_key), derive(seed, "tasks", name)
+
+
+def node_config(
+    scenario: Scenario,
+    variant: VariantSpec | None,
+    group: NodeGroupSpec,
+    name: str,
+    seed: int,
+    data_dir: Path,
+) -> NodeConfig:
+    """The config node `name` of `group` runs with in a run of seed `seed` (its held-out
+    sets derive from it: `benchmarks/constant_answers.py` rebuilds them so)."""
+    model_seed, tasks_seed = node_seeds(seed, group, name)
+    data = node_config_data(
+        scenario,
+        variant,
+        group,
+        name=name,
+        data_dir=data_dir,
+        model_seed=model_seed,
+        tasks_seed=tasks_seed,
+    )
+    return parse_config(data, f"{scenario.name}: node {name}")
 
 
 class Simulation:
@@ -131,17 +153,7 @@ class Simulation:
         index = 0
         for group in scenario.nodes:
             for name in group.node_names():
-                model_seed, tasks_seed = node_seeds(seed, group, name)
-                data = node_config_data(
-                    scenario,
-                    self.variant,
-                    group,
-                    name=name,
-                    data_dir=self.run_dir / name,
-                    model_seed=model_seed,
-                    tasks_seed=tasks_seed,
-                )
-                config = parse_config(data, f"{scenario.name}: node {name}")
+                config = node_config(scenario, self.variant, group, name, seed, self.run_dir / name)
                 identity = Identity.from_seed(derive_bytes(seed, name))
                 compute = group.compute or scenario.compute
                 plans.append(NodePlan(index, name, group, config, compute, identity))

@@ -322,3 +322,20 @@ def test_a_real_node_leaves_out_own_tasks_that_do_not_build(tmp_path: Path) -> N
     result = learner.evaluate([TaskRef("add", 0, 0), TaskRef(hang, 0, 2), TaskRef(hang, 0, 20)], 2)
     assert (result.n, result.skipped) == (2, 1)
     assert eval_record({"mixture": result}, 1)["skipped"] == 1
+    # The set's best constant is scored once for its life, not at every evaluation.
+    import node.policy_learner as policy_learner
+
+    calls: list[int] = []
+    real = policy_learner.best_constant
+
+    def counted(tasks, config):  # type: ignore[no-untyped-def]
+        calls.append(len(tasks))
+        return real(tasks, config)
+
+    policy_learner.best_constant = counted  # type: ignore[assignment]
+    try:
+        refs = [TaskRef("add", 0, 1), TaskRef("add", 0, 2)]
+        first, again = learner.evaluate(refs, 2), learner.evaluate(refs, 2)
+    finally:
+        policy_learner.best_constant = real  # type: ignore[assignment]
+    assert calls == [2] and first.constant == again.constant is not None

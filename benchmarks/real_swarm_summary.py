@@ -2,16 +2,18 @@
 
     .venv/bin/python benchmarks/real_swarm_summary.py runs/real_swarm_pilot [--plot OUT.png]
 
-Reads `<run>/<variant>/seed-<s>/<node>/metrics.jsonl` as `swarm simnet run` writes them and
-prints markdown tables: per arm, the mean held-out accuracy at each evaluation (greedy,
-each node on its own held-out set); per node, its accuracy at the first and last
-evaluation; each arm's last-evaluation difference to the silo arm, paired by (seed, node)
-(the same node of the same seed has the same base, task stream and held-out set in
-every arm), with a 95% t-interval over the pairs (the nodes of one swarm are not
-independent of each other: read it as a lower bound on the uncertainty); cumulative own
-reward; and what the node did with peers' groups (used per round, dropped by reason,
-how the trainer treated them); and the wall and CPU time of each arm's runs
-(`cost.json`). `swarm report` has the reward plots.
+Reads `<run>/<variant>/seed-<s>/<node>/metrics.jsonl` as `swarm simnet run` writes them
+and prints markdown tables: per arm, the mean held-out accuracy at each evaluation
+(greedy, or the sampled pass rate where the evaluation sampled: the records'
+`eval.samples`, or `--samples K` for runs recorded before that field; each node on its
+own held-out set); per node, its accuracy at the first and last evaluation; each arm's
+last-evaluation difference to the silo arm, paired by (seed, node) (the same node of the
+same seed has the same base, task stream and held-out set in every arm), with a 95%
+t-interval over the pairs (the nodes of one swarm are not independent of each other:
+read it as a lower bound on the uncertainty); cumulative own reward; and what the node
+did with peers' groups (used per round, dropped by reason, how the trainer treated
+them); and the wall and CPU time of each arm's runs (`cost.json`). `swarm report` has
+the reward plots.
 """
 
 from __future__ import annotations
@@ -60,10 +62,16 @@ def main() -> None:
     parser.add_argument("--silo", default="silo", help="the control arm's variant name")
     parser.add_argument("--plot", type=Path, help="write held-out accuracy per round here")
     parser.add_argument("--seed", type=int, action="append", help="only this seed (repeatable)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        help="samples per held-out task, for runs recorded before evaluations said (0: greedy)",
+    )
     args = parser.parse_args()
     arms = load(args.run, args.seed)
     if args.silo not in arms:
         raise SystemExit(f"no {args.silo!r} variant under {args.run}")
+    print(f"held-out score: {decoding(arms, args.samples)}\n")
 
     print("| arm | nodes | " + " | ".join(f"held-out after {r}" for r, _ in _rounds(arms)) + " |")
     print("|---|---|" + "---|" * len(_rounds(arms)))
@@ -138,7 +146,7 @@ def main() -> None:
         )
     print_cost(args.run, list(arms), args.seed)
     if args.plot:
-        _plot(arms, args.plot)
+        _plot(arms, args.plot, decoding(arms, args.samples))
 
 
 def print_cost(run: Path, variants: list[str], seeds: list[int] | None) -> None:
@@ -171,7 +179,30 @@ def _rounds(arms: dict[str, dict[tuple[int, str], list[dict[str, Any]]]]) -> lis
     return [(r, i) for i, r in enumerate(rounds)]
 
 
-def _plot(arms: dict[str, dict[tuple[int, str], list[dict[str, Any]]]], out: Path) -> None:
+Arms = dict[str, dict[tuple[int, str], list[dict[str, Any]]]]
+"""variant -> (seed, node) -> metrics records."""
+
+
+def decoding(arms: Arms, given: int | None) -> str:
+    """How the held-out answers were decoded, from the records (or `given`)."""
+    found = {
+        r["eval"].get("samples", given or 0)
+        for runs in arms.values()
+        for records in runs.values()
+        for r in records
+        if r.get("eval")
+    }
+    if given is not None and found - {given}:
+        raise SystemExit(f"--samples {given} contradicts the records (samples: {sorted(found)})")
+    if len(found) != 1:
+        raise SystemExit(f"evaluations decoded differently across runs: samples {sorted(found)}")
+    samples = found.pop()
+    return "greedy" if samples == 0 else f"sampled pass rate, {samples} per task"
+
+
+def _plot(
+    arms: dict[str, dict[tuple[int, str], list[dict[str, Any]]]], out: Path, how: str
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,7 +222,7 @@ def _plot(arms: dict[str, dict[tuple[int, str], list[dict[str, Any]]]], out: Pat
             ax.plot([p[0] for p in points], [p[1] for p in points], color=line.get_color(),
                     alpha=0.25, linewidth=0.8)  # fmt: skip
     ax.set_xlabel("rounds trained")
-    ax.set_ylabel("held-out score (greedy, own held-out set)")
+    ax.set_ylabel(f"held-out score ({how}, own held-out set)")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -12,7 +12,9 @@ Invariants:
   `is_held_out`), whatever their source. A peer could only collide by choosing our
   derived seed.
 - A round's record (`eval_record`) pools every set: `accuracy` and `finished` are means
-  over all held-out tasks, `n` their count. With `eval.sources` it adds `sources`:
+  over all held-out answers, `n` their count, `samples` how they were decoded (0: one
+  greedy answer per task; k: k sampled at the sampler's temperature, `accuracy` then the
+  sampled pass rate). With `eval.sources` it adds `sources`:
   per source, its own accuracy and count (`combine_results` is the pure pooling).
 - Where the learner reports its answers and the gold ones (`EvalResult.answers`,
   `golds`), the record also says how much of the accuracy a constant answer explains:
@@ -103,7 +105,7 @@ class HeldOut:
             name: await model_offload(learner.evaluate, refs, self.max_new_tokens, self.samples)
             for name, refs in self.sets.items()
         }
-        return eval_record(results, learner.policy_version, self.per_source)
+        return eval_record(results, learner.policy_version, self.per_source, self.samples)
 
 
 def combine_results(results: Mapping[str, EvalResult]) -> EvalResult:
@@ -169,12 +171,17 @@ def answer_stats(result: EvalResult) -> dict[str, Any]:
 
 
 def eval_record(
-    results: Mapping[str, EvalResult], policy_version: int, per_source: bool = False
+    results: Mapping[str, EvalResult],
+    policy_version: int,
+    per_source: bool = False,
+    samples: int = 0,
 ) -> dict[str, Any]:
-    """The `eval` entry of a round's metrics record (with `sources` when `per_source`)."""
+    """The `eval` entry of a round's metrics record (with `sources` when `per_source`;
+    `samples` says how it was decoded: 0 greedy, k sampled k per task)."""
     pooled = combine_results(results)
     record: dict[str, Any] = {
         "accuracy": round(pooled.accuracy, 6),
+        "samples": samples,
         "n": pooled.n,
         "finished": round(pooled.finished, 6),
         "policy_version": policy_version,

@@ -95,6 +95,8 @@ def test_per_source_results_pool_by_size() -> None:
     assert pooled.finished == pytest.approx((4 + 6) / 16)
     record = eval_record(results, 5, per_source=True)
     assert record["accuracy"] == pytest.approx(0.8125) and record["policy_version"] == 5
+    assert record["samples"] == 0  # greedy; a sampled evaluation says how many per task
+    assert eval_record(results, 5, samples=4)["samples"] == 4
     assert record["sources"] == {
         "add": {"accuracy": 0.25, "n": 4},
         "copy": {"accuracy": 1.0, "n": 12},

@@ -75,7 +75,9 @@ def _param_split(model: Any) -> tuple[int, int]:
     return body, head.numel()
 
 
-def worker(row: str, real: str | None, rounds: int, threads: int) -> dict[str, Any]:
+def worker(
+    row: str, real: str | None, rounds: int, threads: int, micro_batch_size: int, source: str
+) -> dict[str, Any]:
     """One row's rounds in this process (which may import a baseline tree's code)."""
     import torch
 
@@ -107,11 +109,15 @@ def worker(row: str, real: str | None, rounds: int, threads: int) -> dict[str, A
     renderer = PromptRenderer(tok, PromptConfig(), solved_examples)
     sampler = make_sampler(sampler_cfg, net, tok, model_cfg, renderer)
     train_cfg = TrainConfig(  # no entropy bonus: as measured before issue 34's defaults
-        learning_rate=spec["lr"], loss_type="dapo", warmup_steps=2, entropy_coef=0.0
+        learning_rate=spec["lr"],
+        loss_type="dapo",
+        warmup_steps=2,
+        entropy_coef=0.0,
+        micro_batch_size=micro_batch_size,
     )
     trainer = Trainer(net, tok, train_cfg, "cpu", sampler_cfg, renderer)
     body, head = _param_split(net)
-    stream = TaskStream(TasksConfig(seed=7, mixture=[TaskSpec(source="add")]), node_seed=1)
+    stream = TaskStream(TasksConfig(seed=7, mixture=[TaskSpec(source=source)]), node_seed=1)
     params = SamplingParams.from_config(sampler_cfg)
     coin = random.Random(0)
     timed: list[dict[str, float]] = []
@@ -163,7 +169,15 @@ def worker(row: str, real: str | None, rounds: int, threads: int) -> dict[str, A
     return means
 
 
-def run(tree: Path, row: str, real: str | None, rounds: int, threads: int) -> dict[str, Any]:
+def run(
+    tree: Path,
+    row: str,
+    real: str | None,
+    rounds: int,
+    threads: int,
+    micro_batch_size: int,
+    source: str,
+) -> dict[str, Any]:
     env = {
         **os.environ,
         "SWARM_TREE": str(tree),
@@ -172,6 +186,7 @@ def run(tree: Path, row: str, real: str | None, rounds: int, threads: int) -> di
     }
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", row]
     command += ["--rounds", str(rounds), "--threads", str(threads)]
+    command += ["--micro-batch-size", str(micro_batch_size), "--source", source]
     if real:
         command += ["--real", real]
     proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
@@ -208,11 +223,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per process")
     ap.add_argument("--pairs", type=int, default=1, help="alternations of the two trees")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=8,
+        help="train.micro_batch_size (8: the default; 32: the round's 4 groups in one pass)",
+    )
+    ap.add_argument("--source", default="add", help="the task source (rg:<dataset> too)")
     ap.add_argument("--rows", nargs="*", default=None, help=f"a subset of {list(ROWS)}")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(worker(a.worker, a.real, a.rounds, a.threads)))
+        result = worker(a.worker, a.real, a.rounds, a.threads, a.micro_batch_size, a.source)
+        print(json.dumps(result))
         return
     rows = a.rows or [r for r in ROWS if a.real or ROWS[r]["model"] != "REAL"]
     if a.real:
@@ -228,7 +251,7 @@ def main() -> None:
             order = list(trees.items()) if pair % 2 == 0 else list(reversed(trees.items()))
             for label, tree in order:
                 started = time.monotonic()
-                result = run(tree, row, a.real, a.rounds, a.threads)
+                result = run(tree, row, a.real, a.rounds, a.threads, a.micro_batch_size, a.source)
                 results.setdefault((row, label), []).append(result)
                 print(
                     f"{row} / {label} (pair {pair + 1}/{a.pairs}): round "
@@ -237,6 +260,7 @@ def main() -> None:
                     file=sys.stderr,
                 )
     peak_after = matmul_peak_gflops(a.threads)
+    print(f"train.micro_batch_size = {a.micro_batch_size}, task source {a.source}")
     print(table(dict(sorted(results.items())), max(peak, peak_after)))
     print(f"\n(matmul peak before / after the rows: {peak:.1f} / {peak_after:.1f} GFLOP/s)")
 

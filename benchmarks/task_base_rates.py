@@ -46,7 +46,16 @@ DEFAULT_SOURCES = (
 
 
 def node_config(model: str, sources: list[str], args: argparse.Namespace, data_dir: str) -> Any:
-    """The node config a real-model experiment uses, scoring `sources` apart."""
+    """The node config a real-model experiment uses, scoring `sources` apart (with
+    `--options`: one source, drawn with those dataset options, scored as its mixture)."""
+    options = json.loads(args.options) if args.options else None
+    if options is not None and len(sources) != 1:
+        raise ValueError("--options applies to one source at a time")
+    tasks: dict[str, Any] = {"mixture": [{"source": sources[0]}], "seed": args.seed}
+    evaluation: dict[str, Any] = {"every": 1, "num_tasks": args.tasks, "sources": sources}
+    if options is not None:
+        tasks["mixture"][0]["options"] = options
+        del evaluation["sources"]
     return parse_config(
         {
             "node": {"name": "base-rates", "data_dir": data_dir},
@@ -59,8 +68,9 @@ def node_config(model: str, sources: list[str], args: argparse.Namespace, data_d
             },
             "sampler": {"group_size": 8, "max_new_tokens": args.max_new_tokens},
             "rewards": {"format_weight": 0.0},
-            "tasks": {"mixture": [{"source": sources[0]}], "seed": args.seed},
-            "eval": {"every": 1, "num_tasks": args.tasks, "sources": sources},
+            "prompt": {"few_shot": args.few_shot},
+            "tasks": tasks,
+            "eval": evaluation,
         },
         "task_base_rates",
     )
@@ -91,10 +101,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="model and task seed (held-out set)")
     parser.add_argument("--band", default="0.05,0.40", help="low,high of the wanted base rate")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--few-shot", type=int, default=2, help="solved examples per prompt")
     parser.add_argument("--constants-only", action="store_true", help="no model: const only")
+    parser.add_argument(
+        "--options",
+        help="reasoning-gym dataset options as JSON (e.g. '{\"max_terms\": 2}'): one source",
+    )
     args = parser.parse_args()
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     low, high = (float(x) for x in args.band.split(","))
+    if args.options:
+        print(f"{sources[0]} with options {args.options} (its held-out set: 'mixture')")
     if args.constants_only:
         print_constants(args, sources)
         return

@@ -1,17 +1,25 @@
-"""Shared-prefix packing: a group's prompt computed once, its completions against it.
+"""Shared-prefix packing: a group's prompt computed once, its completions against it, and
+the prefix every prompt of the batch shares (a node's system prompt and solved examples)
+computed once per row.
 
-A packed batch holds rows; a row holds one or more *segments*; a segment is one prompt
-followed by the completions that share it, each placed after the previous one:
+A packed batch holds rows; a row holds the batch's *common prefix* (possibly empty), then
+one or more *segments*; a segment is the rest of one prompt followed by the completions
+that share it, each placed after the previous one:
 
-    [p0 .. pP-1 | a0 a1 .. | b0 b1 .. | ..] [next segment ..] [pad ..]
+    [c0 .. cC-1 | pC .. pP-1 | a0 a1 .. | b0 b1 .. | ..] [next segment ..] [pad ..]
 
 Invariants (what makes the result equal the plain per-sequence forward):
-- Positions: a prompt's tokens take 0..P-1; every completion continues from P, so each
-  of its tokens has the position it has in `prompt + completion`.
+- Positions: a prompt's tokens take 0..P-1 (the common prefix 0..C-1, the segment's own
+  part C..P-1); every completion continues from P, so each of its tokens has the position
+  it has in `prompt + completion`.
 - Attention (`allowed[r, 0, q, k]`, True = query q may attend key k): a token sees the
-  earlier tokens (and itself) of its own segment's prompt and of its own completion,
-  nothing else. A padding token sees only itself, so no mask row is empty (an empty row
-  would give NaN in softmax, and NaN * 0 is still NaN in the backward).
+  earlier tokens (and itself) of its row's common prefix, of its own segment's prompt
+  and of its own completion, nothing else. A padding token sees only itself, so no mask
+  row is empty (an empty row would give NaN in softmax, and NaN * 0 is still NaN in the
+  backward).
+- The common prefix is the longest prefix all prompts share, short of each prompt's last
+  token (which predicts its completion's first); none with one segment or without
+  sharing.
 - Targets: completion token t of a sequence is predicted at the index of the token
   before it, which is the prompt's last token for t = 0. `targets` list every trained
   position once, sequence by sequence, in order.
@@ -20,7 +28,9 @@ Invariants (what makes the result equal the plain per-sequence forward):
   segment (the same layout without sharing).
 - Rows: segments are placed first-fit by decreasing length into rows as wide as the
   longest segment, so no row is wider than the plain layout's widest sequence would
-  need for that segment, and short segments fill the room that would be padding.
+  need for that segment, and short segments fill the room that would be padding. With a
+  common prefix, rows are up to `PREFIX_ROW_TOKENS` wide (more segments behind one copy
+  of the prefix).
 
 Pure: lists of token ids in, CPU tensors out; no model, no autograd.
 """
@@ -31,6 +41,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+PREFIX_ROW_TOKENS = 2048
+"""With a common prefix, a row holds up to this many tokens (or twice the widest segment,
+prefix included, where that is more), so that one copy of the prefix serves many
+segments; attention work and its transient memory grow with the row's width squared."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,10 @@ class _Segment:
     def __len__(self) -> int:
         return len(self.prompt) + sum(len(c) for _, c in self.completions)
 
+    def own(self, shared: int) -> int:
+        """Tokens it adds to a row that already holds the first `shared` prompt tokens."""
+        return len(self) - shared
+
 
 def _segments(
     sequences: Sequence[tuple[Sequence[int], Sequence[int]]], share_prefix: bool
@@ -96,19 +115,36 @@ def _segments(
     return segments
 
 
-def _rows(segments: list[_Segment]) -> list[list[_Segment]]:
-    width = max(len(s) for s in segments)
+def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """The length of the longest prefix every prompt shares, short of each one's last
+    token (0 for fewer than two prompts)."""
+    if len(prompts) < 2:
+        return 0
+    first = prompts[0]
+    length = min(len(p) for p in prompts) - 1
+    for prompt in prompts[1:]:
+        same = 0
+        while same < length and prompt[same] == first[same]:
+            same += 1
+        length = same
+    return max(length, 0)
+
+
+def _rows(segments: list[_Segment], shared: int) -> list[list[_Segment]]:
+    widest = max(len(s) for s in segments)
+    capacity = max(PREFIX_ROW_TOKENS, 2 * widest) - shared if shared else widest
     rows: list[list[_Segment]] = []
     room: list[int] = []
     for segment in sorted(segments, key=len, reverse=True):
+        size = segment.own(shared)
         for i, free in enumerate(room):
-            if len(segment) <= free:
+            if size <= free:
                 rows[i].append(segment)
-                room[i] -= len(segment)
+                room[i] -= size
                 break
         else:
             rows.append([segment])
-            room.append(width - len(segment))
+            room.append(capacity - size)
     return rows
 
 
@@ -120,23 +156,29 @@ def pack(
     """Pack `(prompt ids, completion ids)` pairs (see the module docstring)."""
     if not sequences:
         raise ValueError("nothing to pack")
-    rows = _rows(_segments(sequences, share_prefix))
-    width = max(sum(len(s) for s in row) for row in rows)
+    segments = _segments(sequences, share_prefix)
+    shared = common_prefix([s.prompt for s in segments]) if share_prefix else 0
+    rows = _rows(segments, shared)
+    width = shared + max(sum(s.own(shared) for s in row) for row in rows)
     n_rows = len(rows)
     input_ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
     position_ids = torch.zeros((n_rows, width), dtype=torch.long)
     segment_of = torch.full((n_rows, width), -1, dtype=torch.long)
     branch_of = torch.zeros((n_rows, width), dtype=torch.long)
+    prefix = torch.zeros((n_rows, width), dtype=torch.bool)
+    prefix[:, :shared] = True
     targets: list[tuple[int, int, int, int, int]] = []  # (seq, pos, row, col, token)
     for r, row in enumerate(rows):
-        col = 0
+        input_ids[r, :shared] = torch.tensor(segments[0].prompt[:shared], dtype=torch.long)
+        position_ids[r, :shared] = torch.arange(shared)
+        col = shared
         for s, segment in enumerate(row):
             p = len(segment.prompt)
-            input_ids[r, col : col + p] = torch.tensor(segment.prompt)
-            position_ids[r, col : col + p] = torch.arange(p)
-            segment_of[r, col : col + p] = s
-            prompt_last = col + p - 1
-            col += p
+            input_ids[r, col : col + p - shared] = torch.tensor(segment.prompt[shared:])
+            position_ids[r, col : col + p - shared] = torch.arange(shared, p)
+            segment_of[r, col : col + p - shared] = s
+            prompt_last = col + p - shared - 1
+            col += p - shared
             for branch, (index, completion) in enumerate(segment.completions, start=1):
                 n = len(completion)
                 input_ids[r, col : col + n] = torch.tensor(completion)
@@ -150,10 +192,12 @@ def pack(
     q_br, k_br = branch_of[:, :, None], branch_of[:, None, :]
     causal = torch.ones((width, width), dtype=torch.bool).tril()[None]
     allowed = (q_seg == k_seg) & (q_seg >= 0) & causal & ((k_br == 0) | (k_br == q_br))
-    allowed |= torch.eye(width, dtype=torch.bool)[None] & (segment_of < 0)[:, :, None]
+    real = (segment_of >= 0) | prefix
+    allowed |= prefix[:, None, :] & real[:, :, None] & causal  # the row's common prefix
+    allowed |= torch.eye(width, dtype=torch.bool)[None] & ~real[:, :, None]
     targets.sort()
     columns = list(zip(*targets, strict=True))
-    n_real = int((segment_of >= 0).sum())
+    n_real = int(real.sum())
     return PackedBatch(
         input_ids=input_ids,
         position_ids=position_ids,

@@ -15,7 +15,11 @@ Invariants:
   `generate(..., seed=s)` is reproducible for a seed; without a seed it continues the
   sampler's own stream (seeded at construction).
 - `TransformersSampler` prefills each prompt once and repeats its keys/values for its
-  `n` completions (`max_batch_size` bounds the completions decoded together).
+  `n` completions (`max_batch_size` bounds the completions decoded together). The
+  prefix every prompt of a batch shares (the system prompt and solved examples a node
+  renders; `policy.packing.common_prefix`) is prefilled once and its keys/values
+  repeated for every prompt: each token still sees exactly its own prompt at the
+  positions it has alone.
 - Forwards run in `compute_context` (autocast to the compute dtype over float32 master
   weights, as the trainer's forwards do).
 - vLLM is imported only inside `make_sampler` for the `vllm` backend.
@@ -29,6 +33,7 @@ from typing import Any, Protocol
 
 import torch
 
+from policy.packing import common_prefix
 from policy.precision import DTYPES, compute_context
 from policy.prompts import PromptRenderer, plain_ids
 from swarm.config.learning import ModelConfig, SamplerConfig
@@ -176,27 +181,40 @@ class TransformersSampler:
         generator: torch.Generator,
     ) -> list[Completion]:
         """`n` completions of each prompt (prompt-major). Each prompt is prefilled once;
-        its keys/values, last logits and masks are then repeated for its `n` rows."""
-        width = max(len(r) for r in prompts)
-        if width == 0:
+        its keys/values, last logits and masks are then repeated for its `n` rows. The
+        prompts' common prefix is prefilled once, then each prompt's rest, left-padded
+        after it: `[prefix | pad .. | rest]`, positions continuing the prefix."""
+        if max(len(r) for r in prompts) == 0:
             raise ValueError("empty prompt: the tokenizer added no tokens and the text is empty")
+        shared = common_prefix(prompts)
+        rests = [row[shared:] for row in prompts]
+        width = max(len(r) for r in rests)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, row in enumerate(prompts):  # left padding
+        for i, row in enumerate(rests):  # left padding
             if row:
                 ids[i, width - len(row) :] = torch.tensor(row)
                 mask[i, width - len(row) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = shared + (mask.cumsum(-1) - 1).clamp(min=0)
         was_training = self.model.training
         self.model.eval()
         numerics = compute_context(self.device, self.compute_dtype, self.param_dtype)
         try:
             with numerics:
+                past = None
+                if shared:
+                    prefix = torch.tensor([prompts[0][:shared]], device=self.device)
+                    past = self.model(
+                        input_ids=prefix, use_cache=True, logits_to_keep=1
+                    ).past_key_values
+                    past.batch_repeat_interleave(len(prompts))
+                    mask = torch.cat([torch.ones_like(mask[:, :1]).expand(-1, shared), mask], 1)
                 out = self.model(  # logits of the last position only: [B, 1, V], not [B, T, V]
                     input_ids=ids,
                     attention_mask=mask,
                     position_ids=positions,
+                    past_key_values=past,
                     use_cache=True,
                     logits_to_keep=1,
                 )

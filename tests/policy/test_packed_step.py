@@ -1,7 +1,7 @@
 """The shared-prefix training path equals the plain one on the built-in model: loss and
 every parameter's gradient, for each loss type, with the plausibility rule, KL to a
 reference, the entropy bonus, several optimizer iterations' first step, LoRA, gradient
-checkpointing and bf16 autocast (see `tests/policy/packed_exactness.py` for the batch;
+checkpointing, bf16 autocast and a prefix common to every prompt (see `tests/policy/packed_exactness.py` for the batch;
 `tests/realmodel/test_packed_step_smollm2.py` runs the same on a real model)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from policy import token_logprobs
+from policy import packing, token_logprobs
 from policy.lora import apply_lora
 from policy.tiny import build_tiny
 from swarm.config.learning import LoraConfig
@@ -70,6 +70,28 @@ def test_lora_with_gradient_checkpointing() -> None:
     model.gradient_checkpointing_enable()
     groups = packed_exactness.batch(tok, ("3+4=", "12+5="))
     packed_exactness.compare(model, tok, groups, FP32, learning_rate=1e-3)
+
+
+SHARED = "Solve it. 1+1=2. 2+2=4. "
+"""What a node's system prompt and solved examples are to its prompts: the start of all."""
+
+
+def test_a_prefix_every_prompt_shares_is_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = _model(torch.float64)
+    groups = packed_exactness.batch(tok, (SHARED + "3+4=", SHARED + "12+5="))
+    # Shared by the groups of one micro-batch: all three in one here.
+    fast, _plain = packed_exactness.compare(model, tok, groups, FP64, micro_batch_size=32)
+    monkeypatch.setattr(packing, "common_prefix", lambda prompts: 0)
+    per_group, _ = packed_exactness.compare(model, tok, groups, FP64, micro_batch_size=32)
+    assert fast.tokens_computed < per_group.tokens_computed
+
+
+def test_a_shared_prefix_with_lora_and_gradient_checkpointing() -> None:
+    model, tok = _model()
+    model = apply_lora(model, LoraConfig(enabled=True, rank=4, alpha=8.0))
+    model.gradient_checkpointing_enable()
+    groups = packed_exactness.batch(tok, (SHARED + "3+4=", SHARED + "12+5="))
+    packed_exactness.compare(model, tok, groups, FP32, learning_rate=1e-3, micro_batch_size=32)
 
 
 def test_bf16_autocast() -> None:

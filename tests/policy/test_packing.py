@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policy.packing import additive_mask, pack
+from policy.packing import additive_mask, common_prefix, pack
 
 PROMPT_A = [10, 11, 12, 13]
 PROMPT_B = [20, 21]
@@ -110,3 +110,44 @@ def test_empty_input_is_refused() -> None:
         pack([], pad_id=0)
     with pytest.raises(ValueError, match="non-empty"):
         pack([([1], [])], pad_id=0)
+
+
+PREFIXED = [  # every prompt starts with [1, 2, 3]; two share [1, 2, 3, 4] too
+    ([1, 2, 3, 4, 10], [5, 6]),
+    ([1, 2, 3, 4, 10], [7]),
+    ([1, 2, 3, 11, 12], [8, 9, 5]),
+    ([1, 2, 3, 4, 13], [6]),
+]
+
+
+def test_the_prefix_every_prompt_shares_is_computed_once_per_row() -> None:
+    assert common_prefix([p for p, _ in PREFIXED]) == 3
+    assert common_prefix([[1, 2], [1, 2, 3]]) == 1  # each prompt keeps its last token
+    assert common_prefix([[1, 2, 3]]) == 0 and common_prefix([[5], [5]]) == 0
+    batch = pack(PREFIXED, pad_id=0)
+    # One row: the prefix, then the three segments' own parts (2+3, 2+3, 2+1 tokens).
+    assert batch.input_ids.shape == (1, 3 + 13)
+    assert batch.input_ids[0, :3].tolist() == [1, 2, 3]
+    assert batch.position_ids[0, :3].tolist() == [0, 1, 2]
+    assert batch.n_real_tokens == 16 and batch.n_plain_tokens == 5 * 4 + 7
+    assert pack(PREFIXED, pad_id=0, share_prefix=False).n_real_tokens == 27
+
+
+def test_every_trained_token_sees_exactly_its_prompt_and_earlier_completion() -> None:
+    """For each trained token, the keys its predicting position may attend, in column
+    order, hold `prompt + completion[:pos]` at positions 0, 1, ...: what the plain
+    forward of that one sequence sees."""
+    for sequences in (PREFIXED, SEQUENCES):
+        batch = pack(sequences, pad_id=0)
+        for n in range(len(batch.target_ids)):
+            seq, pos = int(batch.target_seq[n]), int(batch.target_pos[n])
+            row, col = int(batch.target_row[n]), int(batch.target_col[n])
+            prompt, completion = sequences[seq]
+            keys = batch.allowed[row, 0, col].nonzero().flatten().tolist()
+            assert [int(batch.input_ids[row, k]) for k in keys] == [*prompt, *completion[:pos]]
+            assert [int(batch.position_ids[row, k]) for k in keys] == list(range(len(keys)))
+        # The prefix's own tokens see only the prefix before them; padding only itself.
+        for r in range(batch.input_ids.shape[0]):
+            for q in range(batch.input_ids.shape[1]):
+                keys = batch.allowed[r, 0, q].nonzero().flatten().tolist()
+                assert keys and max(keys) == q

@@ -146,3 +146,30 @@ def test_each_prompt_is_prefilled_once_for_all_its_completions(tiny: tuple) -> N
         for c in group:
             expected = _forward_logprobs(model, tok, prompt, c.token_ids, 1.0)
             assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
+
+
+def test_a_prefix_all_prompts_share_is_prefilled_once(tiny: tuple) -> None:
+    model, tok = tiny
+    shared = "Solve: 1+1=2. "
+    prompts = [shared + p for p in PROMPTS]
+    sampler = TransformersSampler(model, tok, seed=3)
+    shapes: list[tuple[int, ...]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        groups = sampler.generate(prompts, 4, SamplingParams(max_new_tokens=5, temperature=1.0))
+    finally:
+        hook.remove()
+    prefix = len(tok(shared)["input_ids"])
+    rest = max(len(tok(p)["input_ids"]) for p in prompts) - prefix
+    assert shapes[:2] == [(1, prefix), (len(prompts), rest)]  # the prefix once, then the rests
+    # Each completion still has its own whole prompt's distribution.
+    for prompt, group in zip(prompts, groups, strict=True):
+        for c in group:
+            expected = _forward_logprobs(model, tok, prompt, c.token_ids, 1.0)
+            assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
+    greedy = SamplingParams(max_new_tokens=6, temperature=0)
+    batched = sampler.generate(prompts, 2, greedy)
+    single = [sampler.generate([p], 2, greedy)[0] for p in prompts]
+    assert [[c.token_ids for c in g] for g in batched] == [[c.token_ids for c in g] for g in single]

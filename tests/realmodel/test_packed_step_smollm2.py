@@ -1,9 +1,10 @@
 """The shared-prefix training path equals the plain one on a real model
-(SmolLM2-135M-Instruct, chat template with the system prompt): loss and every parameter's
-gradient, full fine-tuning (float64) with the plausibility rule, and LoRA with gradient
-checkpointing. (bf16 autocast is compared on the built-in model: on this CPU a bf16
-SmolLM2 step takes minutes; `benchmarks/gpu_smoke.py` runs it on a GPU.)
-The batch is `tests/policy/packed_exactness.py`'s."""
+(SmolLM2-135M-Instruct, chat template with the system prompt): loss and every
+parameter's gradient, full fine-tuning (float64) with the plausibility rule, and LoRA
+with gradient checkpointing (every group in one micro-batch, so the prompts' common
+start is shared). (bf16 autocast is compared on the built-in model: on this CPU a bf16
+SmolLM2 step takes minutes; `benchmarks/gpu_smoke.py` runs it on a GPU.) The batch is
+`tests/policy/packed_exactness.py`'s."""
 
 from __future__ import annotations
 
@@ -58,4 +59,6 @@ def test_lora_with_gradient_checkpointing(smollm2: tuple) -> None:
     model, tok, groups = smollm2
     model = apply_lora(copy.deepcopy(model), LoraConfig(enabled=True, rank=8, alpha=16.0))
     model.gradient_checkpointing_enable()
-    packed_exactness.compare(model, tok, groups, 1e-6, learning_rate=2e-4)
+    # All groups in one micro-batch: the chat template's system turn, common to every
+    # prompt, is computed once for the row.
+    packed_exactness.compare(model, tok, groups, 1e-6, learning_rate=2e-4, micro_batch_size=32)

@@ -17,7 +17,17 @@ Invariants:
   naming version and pin, then counted): `attention_implementation` (the config's private
   `_attn_implementation`, which no public getter exposes; without it the packed logprobs
   path is off) and `no_split_module_names` (the private `_no_split_modules` that names a
-  model's transformer blocks; without it FSDP shards the model as one unit).
+  model's transformer blocks; without it FSDP shards the model as one unit), and
+  `cpu_attention_without_kv_copies` (below).
+- `cpu_attention_without_kv_copies` lets transformers' SDPA attention hand grouped-query
+  keys/values to torch as they are (`enable_gqa`) on CPU tensors with a mask too, instead
+  of copying each key/value head once per query head first (`repeat_kv`): transformers
+  allows it only without a mask, a rule for CUDA kernels, and then decoding a long prompt
+  on CPU spends most of its time copying keys and values (SmolLM2's 3 key/value heads
+  for 9 query heads). The same numbers: torch's own GQA is the repeat done inside the
+  kernel. It replaces the module's `use_gqa_in_sdpa` (a function transformers looks up
+  at each call) with one that says yes for CPU tensors and asks the original otherwise;
+  without that function it is a degraded no-op.
 """
 
 from __future__ import annotations
@@ -155,3 +165,30 @@ def check_lora_layout(peft_names: Iterable[str], base_names: Iterable[str]) -> N
         r.problem(f"no adapter tensors named *.lora_A.{ADAPTER}.weight / "
                   f"*.lora_B.{ADAPTER}.weight", where)  # fmt: skip
     r.raise_if_missing()
+
+
+def cpu_attention_without_kv_copies() -> bool:
+    """Let SDPA attention use torch's grouped-query path on CPU with a mask (see the
+    module docstring); idempotent. False, degraded, where transformers has no such rule."""
+    from transformers.integrations import sdpa_attention
+
+    original = getattr(sdpa_attention, "use_gqa_in_sdpa", None)
+    if original is None:
+        degraded(
+            *TRANSFORMERS,
+            "transformers.integrations.sdpa_attention has no use_gqa_in_sdpa (replaced by "
+            "policy/hf_selfcheck.py): CPU attention copies grouped key/value heads",
+        )
+        return False
+    if getattr(original, "_swarm_cpu_gqa", False):
+        return True
+
+    def use_gqa_in_sdpa(attention_mask: Any, key: Any, value: Any) -> bool:
+        if key.device.type == "cpu" and key.shape[-1] == value.shape[-1]:
+            return True
+        return bool(original(attention_mask, key, value))
+
+    use_gqa_in_sdpa._swarm_cpu_gqa = True  # type: ignore[attr-defined]
+    use_gqa_in_sdpa._swarm_original = original  # type: ignore[attr-defined]
+    sdpa_attention.use_gqa_in_sdpa = use_gqa_in_sdpa
+    return True

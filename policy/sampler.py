@@ -20,6 +20,8 @@ Invariants:
   renders; `policy.packing.common_prefix`) is prefilled once and its keys/values
   repeated for every prompt: each token still sees exactly its own prompt at the
   positions it has alone.
+- Grouped-query attention on CPU reads the key/value heads in place
+  (`policy.hf_selfcheck.cpu_attention_without_kv_copies`).
 - Forwards run in `compute_context` (autocast to the compute dtype over float32 master
   weights, as the trainer's forwards do).
 - vLLM is imported only inside `make_sampler` for the `vllm` backend.
@@ -33,6 +35,7 @@ from typing import Any, Protocol
 
 import torch
 
+from policy.hf_selfcheck import cpu_attention_without_kv_copies
 from policy.packing import common_prefix
 from policy.precision import DTYPES, compute_context
 from policy.prompts import PromptRenderer, plain_ids
@@ -145,6 +148,7 @@ class TransformersSampler:
         self.model = model
         self.tokenizer = tokenizer
         self.renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
+        cpu_attention_without_kv_copies()
         self.device = torch.device(device) if device is not None else model.device
         self.param_dtype = next(model.parameters()).dtype
         self.compute_dtype = compute_dtype if compute_dtype is not None else self.param_dtype

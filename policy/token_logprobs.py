@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from policy.hf_selfcheck import attention_implementation
+from policy.hf_selfcheck import attention_implementation, cpu_attention_without_kv_copies
 from policy.packing import PackedBatch, additive_mask, pack
 from policy.precision import compute_context
 
@@ -85,6 +85,7 @@ class TokenLogprobs:
         self.temperature = temperature
         self.pad_id = pad_id
         self.fallback_reason: str | None = None
+        cpu_attention_without_kv_copies()  # before the check, which then covers it
         self.packed = packed and self._verify(model)
         self.last_padding_share = 0.0
         """Share of padding among the positions the last call computed."""

@@ -21,6 +21,7 @@ from policy.hf_selfcheck import (
     attention_implementation,
     check_family_config,
     check_lora_layout,
+    cpu_attention_without_kv_copies,
     no_split_module_names,
 )
 from policy.loading import model_family
@@ -118,3 +119,46 @@ def test_a_changed_peft_layout_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(peft, "get_peft_model", lambda model, config: model)  # no wrapper
     with pytest.raises(LibraryInternalsChanged, match="no adapter tensors named"):
         apply_lora(build_tiny_model("tiny", 0), LoraConfig(enabled=True, rank=2, alpha=4.0))
+
+
+def test_cpu_attention_reads_grouped_key_value_heads_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transformers.integrations import sdpa_attention
+
+    current = sdpa_attention.use_gqa_in_sdpa  # replaced already if a sampler was made
+    original = getattr(current, "_swarm_original", current)
+    monkeypatch.setattr(sdpa_attention, "use_gqa_in_sdpa", original)  # restored after
+    assert cpu_attention_without_kv_copies()
+    assert cpu_attention_without_kv_copies()  # idempotent: wrapped once
+    patched = sdpa_attention.use_gqa_in_sdpa
+    assert patched is not original and getattr(patched, "_swarm_cpu_gqa", False)
+    mask = torch.ones(1, 1, 2, 2, dtype=torch.bool)
+    key = torch.zeros(1, 3, 2, 64)
+    assert patched(mask, key, key)  # CPU with a mask: transformers alone says no
+    assert not original(mask, key, key)
+    meta = key.to("meta")  # any other device: transformers' own rule decides
+    assert patched(mask, meta, meta) == original(mask, meta, meta)
+    # The numbers are the copies' numbers: 9 query heads over 3 key/value heads, masked.
+    q, k, v = torch.randn(2, 9, 5, 16), torch.randn(2, 3, 5, 16), torch.randn(2, 3, 5, 16)
+    allowed = torch.rand(2, 1, 5, 5) > 0.3
+    allowed |= torch.eye(5, dtype=torch.bool)
+    copied = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), attn_mask=allowed
+    )
+    in_place = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=allowed, enable_gqa=True
+    )
+    assert torch.allclose(copied, in_place, atol=1e-6)
+
+
+def test_without_the_rule_cpu_attention_copies_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from transformers.integrations import sdpa_attention
+
+    monkeypatch.delattr(sdpa_attention, "use_gqa_in_sdpa")
+    before = DEGRADED[TRANSFORMERS[0]]
+    with caplog.at_level(logging.WARNING):
+        assert not cpu_attention_without_kv_copies()
+    assert DEGRADED[TRANSFORMERS[0]] == before + 1

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
 
-from policy.sampler import SamplingParams, TransformersSampler, make_sampler
+from policy.sampler import Completion, SamplingParams, TransformersSampler, make_sampler
 from policy.tiny import build_tiny
 from swarm.config.learning import ModelConfig, SamplerConfig
 
@@ -127,17 +128,25 @@ def test_vllm_is_not_imported_by_the_policy_and_rewards_packages() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_each_prompt_is_prefilled_once_for_all_its_completions(tiny: tuple) -> None:
-    model, tok = tiny
+def _generate_recording_forwards(
+    model: Any, tok: Any, prompts: list[str]
+) -> tuple[list[list[Completion]], list[tuple[int, ...]]]:
+    """4 sampled completions per prompt, and the input shape of every model forward."""
     sampler = TransformersSampler(model, tok, seed=3)
     shapes: list[tuple[int, ...]] = []
     hook = model.register_forward_pre_hook(
         lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
     )
     try:
-        groups = sampler.generate(PROMPTS, 4, SamplingParams(max_new_tokens=5, temperature=1.0))
+        groups = sampler.generate(prompts, 4, SamplingParams(max_new_tokens=5, temperature=1.0))
     finally:
         hook.remove()
+    return groups, shapes
+
+
+def test_each_prompt_is_prefilled_once_for_all_its_completions(tiny: tuple) -> None:
+    model, tok = tiny
+    groups, shapes = _generate_recording_forwards(model, tok, PROMPTS)
     width = max(len(tok(p)["input_ids"]) for p in PROMPTS)
     assert shapes[0] == (len(PROMPTS), width)  # the prefill: one row per prompt
     assert all(s == (len(PROMPTS) * 4, 1) for s in shapes[1:])  # then one token per row
@@ -152,15 +161,8 @@ def test_a_prefix_all_prompts_share_is_prefilled_once(tiny: tuple) -> None:
     model, tok = tiny
     shared = "Solve: 1+1=2. "
     prompts = [shared + p for p in PROMPTS]
+    groups, shapes = _generate_recording_forwards(model, tok, prompts)
     sampler = TransformersSampler(model, tok, seed=3)
-    shapes: list[tuple[int, ...]] = []
-    hook = model.register_forward_pre_hook(
-        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
-    )
-    try:
-        groups = sampler.generate(prompts, 4, SamplingParams(max_new_tokens=5, temperature=1.0))
-    finally:
-        hook.remove()
     prefix = len(tok(shared)["input_ids"])
     rest = max(len(tok(p)["input_ids"]) for p in prompts) - prefix
     assert shapes[:2] == [(1, prefix), (len(prompts), rest)]  # the prefix once, then the rests

@@ -222,7 +222,7 @@ def _plot(
             ax.plot([p[0] for p in points], [p[1] for p in points], color=line.get_color(),
                     alpha=0.25, linewidth=0.8)  # fmt: skip
     ax.set_xlabel("rounds trained")
-    ax.set_ylabel(f"held-out score ({how}, own held-out set)")
+    ax.set_ylabel(f"held-out score, own set\n({how})")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

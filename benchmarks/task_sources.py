@@ -205,7 +205,7 @@ def _measure(name: str, timeout_s: float, slow_s: float) -> Verdict:
             retry = _judge(name, "sized", sized, timeout_s, slow_s)
             # Usable built sized; or refused for what its items do rather than for
             # failing to build at all (word_ladder: too large to build lazily).
-            if retry.status == "sized" or verdict.status == "broken" != retry.status:
+            if retry.status == "sized" or (verdict.status == "broken" and retry.status != "broken"):
                 return retry
     return verdict
 

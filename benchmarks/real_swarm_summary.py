@@ -12,8 +12,10 @@ same seed has the same base, task stream and held-out set in every arm), with a 
 t-interval over the pairs (the nodes of one swarm are not independent of each other:
 read it as a lower bound on the uncertainty); cumulative own reward; and what the node
 did with peers' groups (used per round, dropped by reason, how the trainer treated
-them); and the wall and CPU time of each arm's runs (`cost.json`). `swarm report` has
-the reward plots.
+them); and the wall and CPU time of each arm's runs (`cost.json`). Where nodes were
+scored on several task sources (the specialties scenarios), a table per node group (the
+node name without its index) and source as well, paired the same way, and the plot has
+one panel per group and source. `swarm report` has the reward plots.
 """
 
 from __future__ import annotations
@@ -144,9 +146,101 @@ def main() -> None:
             f"{', '.join(f'{k} {v}' for k, v in drops.most_common()) or '-'} | "
             f"{', '.join(f'{k} {v}' for k, v in treated.items() if v) or '-'} |"
         )
+    print_by_source(arms, args.silo)
     print_cost(args.run, list(arms), args.seed)
     if args.plot:
-        _plot(arms, args.plot, decoding(arms, args.samples))
+        if len(sources_of(arms)) > 1:
+            _plot_by_source(arms, args.plot, decoding(arms, args.samples))
+        else:
+            _plot(arms, args.plot, decoding(arms, args.samples))
+
+
+def sources_of(arms: Arms) -> list[str]:
+    """The task sources the evaluations scored separately (none for one-source runs)."""
+    return sorted(
+        {
+            source
+            for runs in arms.values()
+            for records in runs.values()
+            for r in records
+            if r.get("eval")
+            for source in r["eval"].get("sources") or {}
+        }
+    )
+
+
+def source_evals(records: list[dict[str, Any]], source: str) -> list[tuple[int, float]]:
+    """(rounds trained before it, accuracy on `source`) of each evaluation."""
+    return [
+        (r["round"] - 1, r["eval"]["sources"][source]["accuracy"])
+        for r in records
+        if r.get("eval") and source in (r["eval"].get("sources") or {})
+    ]
+
+
+def group_of(node: str) -> str:
+    """`insert-1` -> `insert`: the scenario's node group (same task mixture)."""
+    head, _, index = node.rpartition("-")
+    return head if head and index.isdigit() else node
+
+
+def print_by_source(arms: Arms, silo: str) -> None:
+    """Per node group and held-out source: the base, each arm's last score, and each arm's
+    last score minus the silo's, paired by (seed, node), with a 95% t-interval."""
+    sources = sources_of(arms)
+    if len(sources) < 2:
+        return
+    others = [v for v in arms if v != silo]
+    groups = sorted({group_of(node) for runs in arms.values() for _, node in runs})
+    print(
+        "\n| nodes | held-out on | a constant scores | base | "
+        + " | ".join(f"{v}, last" for v in [silo, *others])
+        + " | "
+        + " | ".join(f"{v} - {silo}, points [95% t] (pairs)" for v in others)
+        + " |"
+    )
+    print("|---|---|---|---|" + "---|" * (1 + 2 * len(others)))
+    # Each arm's last score and the differences over the (seed, node) keys every arm ran.
+    for group in groups:
+        for source in sources:
+            members = {
+                v: {k: rs for k, rs in runs.items() if group_of(k[1]) == group}
+                for v, runs in arms.items()
+            }
+            firsts = [
+                source_evals(rs, source)[0][1]
+                for runs in members.values()
+                for rs in runs.values()
+                if source_evals(rs, source)
+            ]
+            lasts = {
+                v: {
+                    k: points[-1][1]
+                    for k, rs in runs.items()
+                    if (points := source_evals(rs, source))
+                }
+                for v, runs in members.items()
+            }
+            paired = set.intersection(*(set(values) for values in lasts.values()))
+            constants = [
+                r["eval"]["sources"][source].get("constant_answer_accuracy")
+                for runs in members.values()
+                for rs in runs.values()
+                for r in rs[-1:]
+                if r.get("eval") and source in (r["eval"].get("sources") or {})
+            ]
+            constants = [c for c in constants if c is not None]
+            cells = [
+                f"{100 * statistics.fmean(constants):.1f}" if constants else "-",
+                f"{100 * statistics.fmean(firsts):.1f}" if firsts else "-",
+            ]
+            for v in [silo, *others]:
+                values = [lasts[v][key] for key in paired]
+                cells.append(f"{100 * statistics.fmean(values):.1f}" if values else "-")
+            for v in others:
+                diffs = [lasts[v][key] - lasts[silo][key] for key in paired]
+                cells.append(f"{interval(diffs)} ({len(diffs)})" if diffs else "-")
+            print(f"| {group} | {source} | " + " | ".join(cells) + " |")
 
 
 def print_cost(run: Path, variants: list[str], seeds: list[int] | None) -> None:
@@ -225,6 +319,66 @@ def _plot(
     ax.set_ylabel(f"held-out score, own set\n({how})")
     ax.legend()
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"\nplot: {out}")
+
+
+def _plot_by_source(arms: Arms, out: Path, how: str) -> None:
+    """One panel per node group (row) and held-out source (column): each arm's mean over
+    its nodes and seeds per evaluation, thin lines per node."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = sources_of(arms)
+    groups = sorted({group_of(node) for runs in arms.values() for _, node in runs})
+    fig, axes = plt.subplots(
+        len(groups), len(sources), figsize=(4 * len(sources), 3 * len(groups)),
+        sharex=True, squeeze=False,
+    )  # fmt: skip
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for row, group in enumerate(groups):
+        for col, source in enumerate(sources):
+            ax = axes[row][col]
+            for i, (variant, runs) in enumerate(arms.items()):
+                members = [rs for (_, node), rs in runs.items() if group_of(node) == group]
+                by_round: dict[int, list[float]] = defaultdict(list)
+                for records in members:
+                    points = source_evals(records, source)
+                    for rounds, accuracy in points:
+                        by_round[rounds].append(accuracy)
+                    ax.plot([p[0] for p in points], [p[1] for p in points],
+                            color=colors[i % len(colors)], alpha=0.2, linewidth=0.8)  # fmt: skip
+                xs = sorted(by_round)
+                means = [statistics.fmean(by_round[x]) for x in xs]
+                color = colors[i % len(colors)]
+                ax.plot(xs, means, marker="o", color=color, label=f"{variant} ({len(members)})")
+            constants = [
+                c
+                for runs in arms.values()
+                for (_, node), records in runs.items()
+                if group_of(node) == group
+                for r in records
+                if r.get("eval")
+                and (
+                    c := (r["eval"].get("sources") or {})
+                    .get(source, {})
+                    .get("constant_answer_accuracy")
+                )
+                is not None
+            ]
+            if constants:
+                ax.axhline(statistics.fmean(constants), color="gray", linestyle="--",
+                           linewidth=0.8, label="one answer to all")  # fmt: skip
+            ax.set_title(f"{group} nodes, held-out {source.removeprefix('rg:')}", fontsize=9)
+            ax.grid(alpha=0.3)
+            if row == len(groups) - 1:
+                ax.set_xlabel("rounds trained")
+            if col == 0:
+                ax.set_ylabel(f"held-out score\n({how})", fontsize=8)
+    axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"\nplot: {out}")

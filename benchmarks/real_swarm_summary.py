@@ -241,6 +241,32 @@ def print_by_source(arms: Arms, silo: str) -> None:
                 diffs = [lasts[v][key] - lasts[silo][key] for key in paired]
                 cells.append(f"{interval(diffs)} ({len(diffs)})" if diffs else "-")
             print(f"| {group} | {source} | " + " | ".join(cells) + " |")
+    print(
+        "\n| nodes | "
+        + " | ".join(f"{v}, cumulative own reward" for v in [silo, *others])
+        + " | "
+        + " | ".join(f"{v} / {silo}, paired (pairs)" for v in others)
+        + " |"
+    )
+    print("|---|" + "---|" * (1 + 2 * len(others)))
+    for group in groups:
+        totals = {
+            v: {
+                key: sum(r["mean_local_reward"] or 0.0 for r in records)
+                for key, records in runs.items()
+                if group_of(key[1]) == group
+            }
+            for v, runs in arms.items()
+        }
+        paired = set.intersection(*(set(values) for values in totals.values()))
+        cells = [
+            f"{statistics.fmean(totals[v][k] for k in paired):.2f}" if paired else "-"
+            for v in [silo, *others]
+        ]
+        for v in others:
+            ratios = [totals[v][k] / totals[silo][k] for k in paired if totals[silo][k] > 0]
+            cells.append(f"{statistics.fmean(ratios):.2f}x ({len(ratios)})" if ratios else "-")
+        print(f"| {group} | " + " | ".join(cells) + " |")
 
 
 def print_cost(run: Path, variants: list[str], seeds: list[int] | None) -> None:

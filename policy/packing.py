@@ -1,10 +1,10 @@
 """Shared-prefix packing: a group's prompt computed once, its completions against it, and
-the prefix every prompt of the batch shares (a node's system prompt and solved examples)
-computed once per row.
+the prefix the prompts of a row share (a node's system prompt and a source's rules and
+solved examples) computed once per row.
 
-A packed batch holds rows; a row holds the batch's *common prefix* (possibly empty), then
-one or more *segments*; a segment is the rest of one prompt followed by the completions
-that share it, each placed after the previous one:
+A packed batch holds rows; a row holds its *common prefix* (possibly empty), then one or
+more *segments*; a segment is the rest of one prompt followed by the completions that
+share it, each placed after the previous one:
 
     [c0 .. cC-1 | pC .. pP-1 | a0 a1 .. | b0 b1 .. | ..] [next segment ..] [pad ..]
 
@@ -17,20 +17,28 @@ Invariants (what makes the result equal the plain per-sequence forward):
   and of its own completion, nothing else. A padding token sees only itself, so no mask
   row is empty (an empty row would give NaN in softmax, and NaN * 0 is still NaN in the
   backward).
-- The common prefix is the longest prefix all prompts share, short of each prompt's last
-  token (which predicts its completion's first); none with one segment or without
-  sharing.
+- A row's common prefix is the longest prefix its segments' prompts share, short of each
+  prompt's last token (which predicts its completion's first); none for a lone segment
+  or without sharing.
+- Families: segments are split into families, each packed into rows of its own with
+  the prefix its members share. Prompts of one source share a long prefix and prompts
+  of two sources little (a mixture, or peers' groups of another source), so one prefix
+  for a whole mixed batch would be the system turn alone. Sorted by prompt, a run of
+  segments is split where the prefix its two halves share is shortest, and only where
+  the two halves' prefixes together save more tokens than the run's own (applied
+  recursively, bottom-up): a batch of one source stays one family unless splitting
+  computes fewer tokens.
 - Targets: completion token t of a sequence is predicted at the index of the token
   before it, which is the prompt's last token for t = 0. `targets` list every trained
   position once, sequence by sequence, in order.
 - Consecutive sequences whose prompts are equal share a segment (the caller orders a
   group's completions together); `share_prefix=False` gives every sequence its own
   segment (the same layout without sharing).
-- Rows: segments are placed first-fit by decreasing length into rows as wide as the
-  longest segment, so no row is wider than the plain layout's widest sequence would
-  need for that segment, and short segments fill the room that would be padding. With a
-  common prefix, rows are up to `PREFIX_ROW_TOKENS` wide (more segments behind one copy
-  of the prefix).
+- Rows: a family's segments are placed first-fit by decreasing length into rows as wide
+  as its longest segment, so no row is wider than the plain layout's widest sequence
+  would need for that segment, and short segments fill the room that would be padding.
+  With a common prefix, rows are up to `PREFIX_ROW_TOKENS` wide (more segments behind
+  one copy of the prefix).
 
 Pure: lists of token ids in, CPU tensors out; no model, no autograd.
 """
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 
@@ -130,6 +139,26 @@ def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return max(length, 0)
 
 
+def _families(segments: list[_Segment]) -> list[tuple[int, list[_Segment]]]:
+    """(shared prefix length, members) of each family (see the module docstring)."""
+    order = sorted(segments, key=lambda s: s.prompt)
+    links = [common_prefix([a.prompt, b.prompt]) for a, b in pairwise(order)]
+
+    def split(lo: int, hi: int) -> list[tuple[int, list[_Segment]]]:
+        if hi - lo < 2:
+            return [(0, order[lo:hi])]
+        inner = links[lo : hi - 1]
+        shared = min(inner)  # sorted: the run's common prefix is its weakest link
+        cut = lo + inner.index(shared) + 1
+        parts = split(lo, cut) + split(cut, hi)
+        saved_apart = sum((len(members) - 1) * length for length, members in parts)
+        if saved_apart > (hi - lo - 1) * shared:
+            return parts
+        return [(shared, order[lo:hi])]
+
+    return split(0, len(order))
+
+
 def _rows(segments: list[_Segment], shared: int) -> list[list[_Segment]]:
     widest = max(len(s) for s in segments)
     capacity = max(PREFIX_ROW_TOKENS, 2 * widest) - shared if shared else widest
@@ -157,19 +186,23 @@ def pack(
     if not sequences:
         raise ValueError("nothing to pack")
     segments = _segments(sequences, share_prefix)
-    shared = common_prefix([s.prompt for s in segments]) if share_prefix else 0
-    rows = _rows(segments, shared)
-    width = shared + max(sum(s.own(shared) for s in row) for row in rows)
+    families = _families(segments) if share_prefix else [(0, segments)]
+    rows = [
+        (shared, members[0].prompt[:shared], row)
+        for shared, members in families
+        for row in _rows(members, shared)
+    ]
+    width = max(shared + sum(s.own(shared) for s in row) for shared, _, row in rows)
     n_rows = len(rows)
     input_ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
     position_ids = torch.zeros((n_rows, width), dtype=torch.long)
     segment_of = torch.full((n_rows, width), -1, dtype=torch.long)
     branch_of = torch.zeros((n_rows, width), dtype=torch.long)
     prefix = torch.zeros((n_rows, width), dtype=torch.bool)
-    prefix[:, :shared] = True
     targets: list[tuple[int, int, int, int, int]] = []  # (seq, pos, row, col, token)
-    for r, row in enumerate(rows):
-        input_ids[r, :shared] = torch.tensor(segments[0].prompt[:shared], dtype=torch.long)
+    for r, (shared, prefix_ids, row) in enumerate(rows):
+        prefix[r, :shared] = True
+        input_ids[r, :shared] = torch.tensor(prefix_ids, dtype=torch.long)
         position_ids[r, :shared] = torch.arange(shared)
         col = shared
         for s, segment in enumerate(row):

@@ -87,6 +87,26 @@ def test_a_prefix_every_prompt_shares_is_computed_once(monkeypatch: pytest.Monke
     assert fast.tokens_computed < per_group.tokens_computed
 
 
+OTHER = "Count them. aa=2. aaa=3. "
+"""Another source's rules and examples: the two share no prefix beyond a character."""
+
+
+def test_two_sources_each_get_their_own_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = _model(torch.float64)
+    groups = [
+        *packed_exactness.batch(tok, (SHARED + "3+4=", OTHER + "aaaa=")),
+        *packed_exactness.batch(tok, (SHARED + "12+5=", OTHER + "a=")),
+    ]
+    fast, _plain = packed_exactness.compare(model, tok, groups, FP64, micro_batch_size=32)
+
+    def one_family(segments):  # type: ignore[no-untyped-def]
+        return [(packing.common_prefix([s.prompt for s in segments]), segments)]
+
+    monkeypatch.setattr(packing, "_families", one_family)
+    mixed, _ = packed_exactness.compare(model, tok, groups, FP64, micro_batch_size=32)
+    assert fast.tokens_computed < mixed.tokens_computed
+
+
 def test_a_shared_prefix_with_lora_and_gradient_checkpointing() -> None:
     model, tok = _model()
     model = apply_lora(model, LoraConfig(enabled=True, rank=4, alpha=8.0))

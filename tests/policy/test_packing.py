@@ -133,11 +133,47 @@ def test_the_prefix_every_prompt_shares_is_computed_once_per_row() -> None:
     assert pack(PREFIXED, pad_id=0, share_prefix=False).n_real_tokens == 27
 
 
+MIXED = [  # two sources: each family shares 7 tokens, the two only [1]
+    ([1, 2, 3, 4, 5, 6, 7, 20], [5, 6]),
+    ([1, 9, 9, 9, 9, 9, 9, 30], [8, 9]),
+    ([1, 2, 3, 4, 5, 6, 7, 21], [7]),
+    ([1, 9, 9, 9, 9, 9, 9, 31], [6]),
+]
+
+
+def test_each_family_of_prompts_gets_rows_with_the_prefix_it_shares() -> None:
+    batch = pack(MIXED, pad_id=0)
+    assert batch.input_ids.shape[0] == 2
+    heads = sorted(batch.input_ids[r, :7].tolist() for r in range(2))
+    assert heads == [[1, 2, 3, 4, 5, 6, 7], [1, 9, 9, 9, 9, 9, 9]]
+    assert all(batch.position_ids[r, :7].tolist() == list(range(7)) for r in range(2))
+    # Per family: its prefix once, then each prompt's last token and its completion.
+    assert batch.n_real_tokens == 2 * 7 + (1 + 2) + (1 + 2) + (1 + 1) + (1 + 1)
+    # One prefix for the whole batch would have been the shared [1] alone.
+    assert batch.n_real_tokens < 1 + 4 * 7 + 6
+
+
+def test_a_split_that_saves_nothing_keeps_one_family() -> None:
+    # [1..4] shared by all four; two pairs share one more token each: splitting would
+    # lay out two prefixes of 5 for two segments each (saving 5 + 5) instead of one of
+    # 4 for four (saving 12).
+    sequences = [
+        ([1, 2, 3, 4, 5, 40], [1]),
+        ([1, 2, 3, 4, 5, 41], [2]),
+        ([1, 2, 3, 4, 6, 42], [3]),
+        ([1, 2, 3, 4, 6, 43], [4]),
+    ]
+    batch = pack(sequences, pad_id=0)
+    assert batch.input_ids.shape[0] == 1
+    assert batch.input_ids[0, :4].tolist() == [1, 2, 3, 4]
+    assert batch.n_real_tokens == 4 + 4 * (2 + 1)
+
+
 def test_every_trained_token_sees_exactly_its_prompt_and_earlier_completion() -> None:
     """For each trained token, the keys its predicting position may attend, in column
     order, hold `prompt + completion[:pos]` at positions 0, 1, ...: what the plain
     forward of that one sequence sees."""
-    for sequences in (PREFIXED, SEQUENCES):
+    for sequences in (PREFIXED, SEQUENCES, MIXED):
         batch = pack(sequences, pad_id=0)
         for n in range(len(batch.target_ids)):
             seq, pos = int(batch.target_seq[n]), int(batch.target_pos[n])

@@ -102,7 +102,10 @@ def main() -> None:
             constant = graded[-1].get("constant_answer_accuracy")
             # Records before 2026-12-07 carry the exact-match figure only (no
             # `constant_answer`); benchmarks/constant_answers.py scores theirs.
-            exact = "" if "constant_answer" in graded[-1] else " (exact match)"
+            scored = "constant_answer" in graded[-1] or any(
+                "constant_answer" in per for per in (graded[-1].get("sources") or {}).values()
+            )
+            exact = "" if scored else " (exact match)"
             shares = [g.get("modal_answer_share") for g in (graded[0], graded[-1])]
             print(
                 f"| {variant} | {key[1]} (seed {key[0]}) | {first:.3f} | {last:.3f} | {delta} "
@@ -200,7 +203,7 @@ def print_by_source(arms: Arms, silo: str) -> None:
         + " |"
     )
     print("|---|---|---|---|" + "---|" * (1 + 2 * len(others)))
-    # Each arm's last score and the differences over the (seed, node) keys every arm ran.
+    # Each arm's score and the differences over the (seed, node) keys every arm ran.
     for group in groups:
         for source in sources:
             members = {
@@ -213,15 +216,18 @@ def print_by_source(arms: Arms, silo: str) -> None:
                 for rs in runs.values()
                 if source_evals(rs, source)
             ]
-            lasts = {
-                v: {
-                    k: points[-1][1]
-                    for k, rs in runs.items()
-                    if (points := source_evals(rs, source))
-                }
+            # Each pair at the last evaluation every arm has (runs still going compare
+            # where they are alike).
+            points = {
+                v: {k: dict(source_evals(rs, source)) for k, rs in runs.items()}
                 for v, runs in members.items()
             }
-            paired = set.intersection(*(set(values) for values in lasts.values()))
+            common = {
+                k: set.intersection(*(set(points[v].get(k, {})) for v in points))
+                for k in set.intersection(*(set(by_key) for by_key in points.values()))
+            }
+            paired = {k for k, rounds in common.items() if rounds}
+            lasts = {v: {k: points[v][k][max(common[k])] for k in paired} for v in points}
             constants = [
                 r["eval"]["sources"][source].get("constant_answer_accuracy")
                 for runs in members.values()
@@ -250,15 +256,19 @@ def print_by_source(arms: Arms, silo: str) -> None:
     )
     print("|---|" + "---|" * (1 + 2 * len(others)))
     for group in groups:
-        totals = {
-            v: {
-                key: sum(r["mean_local_reward"] or 0.0 for r in records)
-                for key, records in runs.items()
-                if group_of(key[1]) == group
-            }
+        members = {
+            v: {key: rs for key, rs in runs.items() if group_of(key[1]) == group}
             for v, runs in arms.items()
         }
-        paired = set.intersection(*(set(values) for values in totals.values()))
+        paired = set.intersection(*(set(by_key) for by_key in members.values()))
+        rounds = {key: min(len(members[v][key]) for v in members) for key in paired}
+        totals = {
+            v: {
+                key: sum(r["mean_local_reward"] or 0.0 for r in members[v][key][: rounds[key]])
+                for key in paired
+            }
+            for v in members
+        }
         cells = [
             f"{statistics.fmean(totals[v][k] for k in paired):.2f}" if paired else "-"
             for v in [silo, *others]

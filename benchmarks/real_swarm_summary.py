@@ -195,21 +195,12 @@ def print_by_source(arms: Arms, silo: str) -> None:
         return
     others = [v for v in arms if v != silo]
     groups = sorted({group_of(node) for runs in arms.values() for _, node in runs})
-    print(
-        "\n| nodes | held-out on | a constant scores | base | "
-        + " | ".join(f"{v}, last" for v in [silo, *others])
-        + " | "
-        + " | ".join(f"{v} - {silo}, points [95% t] (pairs)" for v in others)
-        + " |"
-    )
-    print("|---|---|---|---|" + "---|" * (1 + 2 * len(others)))
+    _header(["nodes", "held-out on", "a constant scores", "base"], silo, others, "last",
+            "points [95% t] (pairs)")  # fmt: skip
     # Each arm's score and the differences over the (seed, node) keys every arm ran.
     for group in groups:
+        members = _members(arms, group)
         for source in sources:
-            members = {
-                v: {k: rs for k, rs in runs.items() if group_of(k[1]) == group}
-                for v, runs in arms.items()
-            }
             firsts = [
                 source_evals(rs, source)[0][1]
                 for runs in members.values()
@@ -228,14 +219,16 @@ def print_by_source(arms: Arms, silo: str) -> None:
             }
             paired = {k for k, rounds in common.items() if rounds}
             lasts = {v: {k: points[v][k][max(common[k])] for k in paired} for v in points}
-            constants = [
-                r["eval"]["sources"][source].get("constant_answer_accuracy")
-                for runs in members.values()
+            last_evals = [
+                [r["eval"] for r in rs if r.get("eval")][-1] for runs in members.values()
                 for rs in runs.values()
-                for r in rs[-1:]
-                if r.get("eval") and source in (r["eval"].get("sources") or {})
+            ]  # fmt: skip
+            constants = [
+                c
+                for e in last_evals
+                if (c := (e.get("sources") or {}).get(source, {}).get("constant_answer_accuracy"))
+                is not None
             ]
-            constants = [c for c in constants if c is not None]
             cells = [
                 f"{100 * statistics.fmean(constants):.1f}" if constants else "-",
                 f"{100 * statistics.fmean(firsts):.1f}" if firsts else "-",
@@ -247,19 +240,9 @@ def print_by_source(arms: Arms, silo: str) -> None:
                 diffs = [lasts[v][key] - lasts[silo][key] for key in paired]
                 cells.append(f"{interval(diffs)} ({len(diffs)})" if diffs else "-")
             print(f"| {group} | {source} | " + " | ".join(cells) + " |")
-    print(
-        "\n| nodes | "
-        + " | ".join(f"{v}, cumulative own reward" for v in [silo, *others])
-        + " | "
-        + " | ".join(f"{v} / {silo}, paired (pairs)" for v in others)
-        + " |"
-    )
-    print("|---|" + "---|" * (1 + 2 * len(others)))
+    _header(["nodes"], silo, others, "cumulative own reward", "paired (pairs)", ratio=True)
     for group in groups:
-        members = {
-            v: {key: rs for key, rs in runs.items() if group_of(key[1]) == group}
-            for v, runs in arms.items()
-        }
+        members = _members(arms, group)
         paired = set.intersection(*(set(by_key) for by_key in members.values()))
         rounds = {key: min(len(members[v][key]) for v in members) for key in paired}
         totals = {
@@ -358,6 +341,25 @@ def _plot(
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"\nplot: {out}")
+
+
+def _members(arms: Arms, group: str) -> Arms:
+    """The arms' runs of one node group."""
+    return {
+        v: {key: rs for key, rs in runs.items() if group_of(key[1]) == group}
+        for v, runs in arms.items()
+    }
+
+
+def _header(
+    lead: list[str], silo: str, others: list[str], per_arm: str, per_pair: str, ratio: bool = False
+) -> None:
+    """A markdown table's header: `lead` columns, one per arm, one per arm against the silo."""
+    against = "/" if ratio else "-"
+    cells = [*lead, *(f"{v}, {per_arm}" for v in [silo, *others])]
+    cells += [f"{v} {against} {silo}, {per_pair}" for v in others]
+    print("\n| " + " | ".join(cells) + " |")
+    print("|" + "---|" * len(cells))
 
 
 def _plot_by_source(arms: Arms, out: Path, how: str) -> None:

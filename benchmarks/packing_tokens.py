@@ -91,6 +91,7 @@ def main() -> None:
 def time_passes(args: argparse.Namespace, tokenizer: Any, batch: list[Any]) -> None:
     """Seconds per training pass of the last (mixed) batch, one prefix against families,
     interleaved so that both see the same machine load."""
+    import resource
     import statistics
     import time
 
@@ -140,8 +141,6 @@ def time_passes(args: argparse.Namespace, tokenizer: Any, batch: list[Any]) -> N
             trainer.loss_and_gradients(groups)
             seconds[name].append(time.perf_counter() - start)
     packing._families = original
-    import resource
-
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"\n{len(groups)} groups of {g}, {torch.get_num_threads()} threads, "

@@ -140,23 +140,30 @@ def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 
 def _families(segments: list[_Segment]) -> list[tuple[int, list[_Segment]]]:
-    """(shared prefix length, members) of each family (see the module docstring)."""
+    """(shared prefix length, members) of each family (see the module docstring).
+
+    The runs form a tree (each split at its weakest link); it is walked children first
+    with a stack of its own, so that thousands of segments need no deep recursion."""
     order = sorted(segments, key=lambda s: s.prompt)
     links = [common_prefix([a.prompt, b.prompt]) for a, b in pairwise(order)]
-
-    def split(lo: int, hi: int) -> list[tuple[int, list[_Segment]]]:
+    done: dict[tuple[int, int], list[tuple[int, list[_Segment]]]] = {}
+    stack = [(0, len(order), False)]
+    while stack:
+        lo, hi, children_done = stack.pop()
         if hi - lo < 2:
-            return [(0, order[lo:hi])]
+            done[lo, hi] = [(0, order[lo:hi])]
+            continue
         inner = links[lo : hi - 1]
         shared = min(inner)  # sorted: the run's common prefix is its weakest link
         cut = lo + inner.index(shared) + 1
-        parts = split(lo, cut) + split(cut, hi)
+        if not children_done:
+            stack += [(lo, hi, True), (lo, cut, False), (cut, hi, False)]
+            continue
+        parts = done.pop((lo, cut)) + done.pop((cut, hi))
         saved_apart = sum((len(members) - 1) * length for length, members in parts)
-        if saved_apart > (hi - lo - 1) * shared:
-            return parts
-        return [(shared, order[lo:hi])]
-
-    return split(0, len(order))
+        whole = (hi - lo - 1) * shared
+        done[lo, hi] = parts if saved_apart > whole else [(shared, order[lo:hi])]
+    return done[0, len(order)]
 
 
 def _rows(segments: list[_Segment], shared: int) -> list[list[_Segment]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policy.packing import additive_mask, common_prefix, pack
+from policy.packing import _families, _Segment, additive_mask, common_prefix, pack
 
 PROMPT_A = [10, 11, 12, 13]
 PROMPT_B = [20, 21]
@@ -167,6 +167,17 @@ def test_a_split_that_saves_nothing_keeps_one_family() -> None:
     assert batch.input_ids.shape[0] == 1
     assert batch.input_ids[0, :4].tolist() == [1, 2, 3, 4]
     assert batch.n_real_tokens == 4 + 4 * (2 + 1)
+
+
+def test_thousands_of_nested_prompts_need_no_deep_recursion() -> None:
+    # Prompt i is i fives then [7, 8]: sorted, each shares one more token with the next,
+    # the deepest tree of splits there is (one per segment).
+    n = 3000
+    segments = [_Segment([5] * i + [7, 8], [(i, [1])]) for i in range(1, n + 1)]
+    families = _families(segments)
+    assert sum(len(members) for _, members in families) == n
+    for shared, members in families:
+        assert shared == common_prefix([m.prompt for m in members])
 
 
 def test_every_trained_token_sees_exactly_its_prompt_and_earlier_completion() -> None:

@@ -45,9 +45,25 @@ def load(
     return out
 
 
-def evals(records: list[dict[str, Any]]) -> list[tuple[int, float]]:
-    """(rounds trained before it, accuracy) of each evaluation."""
-    return [(r["round"] - 1, r["eval"]["accuracy"]) for r in records if r.get("eval")]
+def evals(records: list[dict[str, Any]], source: str | None = None) -> list[tuple[int, float]]:
+    """(rounds trained before it, accuracy) of each evaluation: over all its sets, or on
+    `source` alone (evaluations that did not score it are left out)."""
+    if source is None:
+        return [(r["round"] - 1, r["eval"]["accuracy"]) for r in records if r.get("eval")]
+    return [
+        (r["round"] - 1, r["eval"]["sources"][source]["accuracy"])
+        for r in records
+        if r.get("eval") and source in (r["eval"].get("sources") or {})
+    ]
+
+
+def mean_by_round(series: list[list[tuple[int, float]]]) -> dict[int, float]:
+    """Rounds trained -> the mean accuracy of the series that evaluated then."""
+    by_round: dict[int, list[float]] = defaultdict(list)
+    for points in series:
+        for rounds, accuracy in points:
+            by_round[rounds].append(accuracy)
+    return {r: statistics.fmean(by_round[r]) for r in sorted(by_round)}
 
 
 def interval(diffs: list[float]) -> str:
@@ -78,14 +94,8 @@ def main() -> None:
     print("| arm | nodes | " + " | ".join(f"held-out after {r}" for r, _ in _rounds(arms)) + " |")
     print("|---|---|" + "---|" * len(_rounds(arms)))
     for variant, runs in arms.items():
-        by_round: dict[int, list[float]] = defaultdict(list)
-        for records in runs.values():
-            for rounds, accuracy in evals(records):
-                by_round[rounds].append(accuracy)
-        cells = [
-            f"{statistics.fmean(by_round[r]):.3f}" if by_round.get(r) else "-"
-            for r, _ in _rounds(arms)
-        ]
+        means = mean_by_round([evals(records) for records in runs.values()])
+        cells = [f"{means[r]:.3f}" if r in means else "-" for r, _ in _rounds(arms)]
         print(f"| {variant} | {len(runs)} | " + " | ".join(cells) + " |")
 
     print(
@@ -172,15 +182,6 @@ def sources_of(arms: Arms) -> list[str]:
     )
 
 
-def source_evals(records: list[dict[str, Any]], source: str) -> list[tuple[int, float]]:
-    """(rounds trained before it, accuracy on `source`) of each evaluation."""
-    return [
-        (r["round"] - 1, r["eval"]["sources"][source]["accuracy"])
-        for r in records
-        if r.get("eval") and source in (r["eval"].get("sources") or {})
-    ]
-
-
 def group_of(node: str) -> str:
     """`insert-1` -> `insert`: the scenario's node group (same task mixture)."""
     head, _, index = node.rpartition("-")
@@ -202,15 +203,15 @@ def print_by_source(arms: Arms, silo: str) -> None:
         members = _members(arms, group)
         for source in sources:
             firsts = [
-                source_evals(rs, source)[0][1]
+                evals(rs, source)[0][1]
                 for runs in members.values()
                 for rs in runs.values()
-                if source_evals(rs, source)
+                if evals(rs, source)
             ]
             # Each pair at the last evaluation every arm has (runs still going compare
             # where they are alike).
             points = {
-                v: {k: dict(source_evals(rs, source)) for k, rs in runs.items()}
+                v: {k: dict(evals(rs, source)) for k, rs in runs.items()}
                 for v, runs in members.items()
             }
             common = {
@@ -323,13 +324,13 @@ def _plot(
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for variant, runs in arms.items():
-        by_round: dict[int, list[float]] = defaultdict(list)
-        for records in runs.values():
-            for rounds, accuracy in evals(records):
-                by_round[rounds].append(accuracy)
-        xs = sorted(by_round)
-        ys = [statistics.fmean(by_round[x]) for x in xs]
-        line = ax.plot(xs, ys, marker="o", label=f"{variant} (mean of {len(runs)} nodes)")[0]
+        means = mean_by_round([evals(records) for records in runs.values()])
+        line = ax.plot(
+            list(means),
+            list(means.values()),
+            marker="o",
+            label=f"{variant} (mean of {len(runs)} nodes)",
+        )[0]
         for records in runs.values():
             points = evals(records)
             ax.plot([p[0] for p in points], [p[1] for p in points], color=line.get_color(),
@@ -382,17 +383,14 @@ def _plot_by_source(arms: Arms, out: Path, how: str) -> None:
             ax = axes[row][col]
             for i, (variant, runs) in enumerate(arms.items()):
                 members = [rs for (_, node), rs in runs.items() if group_of(node) == group]
-                by_round: dict[int, list[float]] = defaultdict(list)
-                for records in members:
-                    points = source_evals(records, source)
-                    for rounds, accuracy in points:
-                        by_round[rounds].append(accuracy)
-                    ax.plot([p[0] for p in points], [p[1] for p in points],
-                            color=colors[i % len(colors)], alpha=0.2, linewidth=0.8)  # fmt: skip
-                xs = sorted(by_round)
-                means = [statistics.fmean(by_round[x]) for x in xs]
                 color = colors[i % len(colors)]
-                ax.plot(xs, means, marker="o", color=color, label=f"{variant} ({len(members)})")
+                series = [evals(records, source) for records in members]
+                for points in series:
+                    ax.plot([p[0] for p in points], [p[1] for p in points], color=color,
+                            alpha=0.2, linewidth=0.8)  # fmt: skip
+                means = mean_by_round(series)
+                ax.plot(list(means), list(means.values()), marker="o", color=color,
+                        label=f"{variant} ({len(members)})")  # fmt: skip
             constants = [
                 c
                 for runs in arms.values()

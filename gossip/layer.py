@@ -447,6 +447,12 @@ class Gossip:
         self.counters.blame(peer_id, reason)
         self._score_refusal(peer_id, reason)
 
+    def peer_network(self, peer_id: str) -> str | None:
+        """The network the transport is directly connected to `peer_id` at, or None
+        (`Transport.peer_network`; a transport without the method says None)."""
+        locate = getattr(self.transport, "peer_network", None)
+        return None if locate is None else locate(peer_id)
+
     def credit(self, peer_id: str, amount: float = 1.0) -> None:
         """Score a useful contribution (a re-scored group that entered the pool)."""
         self.scores.credit(peer_id, amount)

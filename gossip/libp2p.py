@@ -118,7 +118,7 @@ from gossip.libp2p_listen import announced_addrs, refuse_unusable_listen
 from gossip.libp2p_patches import SwarmGossipSub, SwarmPubsub
 from gossip.libp2p_queues import BoundedPriorityQueue, refused_rpcs
 from gossip.libp2p_refusals import Refusals
-from gossip.nat import NatTraversal, peer_links
+from gossip.nat import NatTraversal, peer_links, peer_network
 from gossip.peer_exchange import PeerExchange
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
@@ -293,6 +293,12 @@ class Libp2pTransport:
             return []
         # tuple() over a dict runs in C under the GIL: a consistent snapshot.
         return [pid.to_base58() for pid in tuple(host.get_network().connections)]
+
+    def peer_network(self, peer: str) -> str | None:
+        """The network (`gossip.libp2p_inbound.network_key`) of a direct connection to
+        `peer`, or None (not connected, or only through a relay)."""
+        host = self._host
+        return None if host is None or self._stopped else peer_network(host, peer)
 
     def _connections_open(self) -> int:
         host = self._host

@@ -100,6 +100,25 @@ def address_keys(ip: str | None) -> tuple[str | None, str | None]:
     )
 
 
+def network_key(ip: str | None) -> str | None:
+    """The network a peer seen at `ip` belongs to, for telling apart who may be one
+    operator (`node.trust`'s networks): an IPv4 address's /24, an IPv6 address's /48
+    (an IPv4-mapped address as IPv4), `127.0.0.0/8` or `::1/128` for this machine itself;
+    None without an IP. A text that is not an IP is its own key."""
+    if ip is None:
+        return None
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if addr.is_loopback:
+        return "127.0.0.0/8" if isinstance(addr, ipaddress.IPv4Address) else "::1/128"
+    prefix = 24 if isinstance(addr, ipaddress.IPv4Address) else 48
+    return str(ipaddress.ip_network(f"{addr}/{prefix}", strict=False))
+
+
 class InboundSlots:
     """Accounting of inbound connections being set up or open: see the module docstring."""
 

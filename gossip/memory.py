@@ -67,6 +67,7 @@ class MemoryNetwork:
         """Messages published on this network."""
         self.routed = 0
         """(message, receiver) pairs handed to the delivery policy."""
+        self._locations: dict[str, str] = {}
 
     def set_policy(self, deliver: DeliverPolicy | None) -> None:
         """Replace the delivery policy (None: deliver at once)."""
@@ -96,6 +97,18 @@ class MemoryNetwork:
     def connected_peers(self, transport: MemoryTransport) -> list[str]:
         """Who `transport` is connected to: everyone else here (a link model may narrow it)."""
         return [peer for peer in self._transports if peer != transport.peer_id]
+
+    def locate(self, peer: str, network: str | None) -> None:
+        """Say at which network `peer` is seen (simnet's stand-in for the address of a
+        direct connection; None: nowhere)."""
+        if network is None:
+            self._locations.pop(peer, None)
+        else:
+            self._locations[peer] = network
+
+    def peer_network(self, transport: MemoryTransport, peer: str) -> str | None:
+        """The network `transport` sees `peer` at (`locate`), or None."""
+        return self._locations.get(peer)
 
     def route(self, src: MemoryTransport, topic: str, data: bytes) -> int:
         """Offer `data` to every other subscriber of `topic`; return how many were offered."""
@@ -203,6 +216,9 @@ class MemoryTransport:
 
     def connected_peers(self) -> list[str]:
         return self.network.connected_peers(self) if self._running else []
+
+    def peer_network(self, peer: str) -> str | None:
+        return self.network.peer_network(self, peer)
 
     def pending(self) -> int:
         """Messages queued and not yet received."""

@@ -337,6 +337,10 @@ class MqttTransport:
             return [f"mqtt://{self.config.host}:{self.config.port}"]
         return []
 
+    def peer_network(self, peer: str) -> str | None:
+        """Always None: peers reach us only through the broker, whose address is not theirs."""
+        return None
+
     # ---- extras ---------------------------------------------------------------------
 
     @property

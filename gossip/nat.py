@@ -76,6 +76,7 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
+from gossip.libp2p_inbound import network_key
 from gossip.relay import RELAY_LIMITS, Member, SwarmCircuitRelay
 
 log = logging.getLogger("gossip.libp2p")
@@ -119,6 +120,29 @@ def peer_links(host: IHost) -> dict[str, str]:
         direct = any(not is_relayed(c) for c in tuple(items))
         out[pid.to_base58()] = "direct" if direct else "relayed"
     return out
+
+
+def peer_network(host: IHost, peer: str) -> str | None:
+    """The network (`network_key`) of the first direct connection to `peer` (base58) that
+    has an IP address; None when every connection to it is relayed (the relay's address
+    says nothing about the peer) or there is none."""
+    for pid, conns in tuple(host.get_network().connections.items()):
+        if pid.to_base58() != peer:
+            continue
+        for conn in tuple(conns if isinstance(conns, list) else [conns]):
+            if is_relayed(conn):
+                continue
+            try:
+                addrs = conn.get_transport_addresses()
+            except Exception:  # noqa: BLE001 - a closing connection may fail any accessor
+                continue
+            for addr in addrs:
+                for proto in ("ip4", "ip6"):
+                    try:
+                        return network_key(addr.value_for_protocol(proto))
+                    except Exception:  # noqa: BLE001 - the address lacks that protocol
+                        continue
+    return None
 
 
 def observed_ip(stream: INetStream) -> str | None:

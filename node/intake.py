@@ -303,6 +303,7 @@ class Intake:
                 sender_version=self.sender_version(sender),
                 now=admission.arrival_time,
                 trainable_share=share,
+                network=self.gossip.peer_network(sender),
             )
             if refused_by_pool is None:
                 if self.drop_copies:

@@ -26,7 +26,8 @@ Invariants:
 - Sybil bound (`node.trust`), under both rules: every accepted group notes its sender's
   first sighting; with `cohort_rounds` > 0 each pick of a `select` first draws an
   arrival cohort (weighted by its age, from the pool's seeded RNG), then the rule picks
-  within it; `senders_first` spreads picks over senders first. The sightings are
+  within it; `senders_first` spreads picks over senders first, `networks_first` over
+  the networks the transport saw senders at (`node.trust`). The sightings are
   checkpointed with the pool cursor.
 """
 
@@ -95,6 +96,8 @@ class RolloutPool:
     """Earned weights: a cohort's cap as a share of all older cohorts (0: none)."""
     senders_first: bool = False
     """Spread each `select`'s picks over senders before any sender gets a second."""
+    networks_first: bool = False
+    """Spread each `select`'s picks over senders' networks (`node.trust`) first."""
     entries: list[PoolEntry] = field(default_factory=list)
     bytes_held: int = 0
     evicted: Counter = field(default_factory=Counter)
@@ -117,6 +120,7 @@ class RolloutPool:
             cohort_weight=sapo.cohort_weight,
             cohort_older_share=sapo.cohort_older_share,
             senders_first=sapo.senders_first,
+            networks_first=sapo.networks_first,
         )
 
     def __post_init__(self) -> None:
@@ -147,11 +151,13 @@ class RolloutPool:
         sender_version: int,
         now: float,
         trainable_share: float = 1.0,
+        network: str | None = None,
     ) -> str | None:
         """Insert a re-scored group that arrived now. Returns None, or why it was refused
         (counted in `evicted` too): `stale_version` (its version already lags what its
         sender runs too far) or `too_large` (bigger than the whole pool).
-        `trainable_share` weighs it in `signal` selection."""
+        `trainable_share` weighs it in `signal` selection; `network`: where the transport
+        sees its sender now (`node.trust`)."""
         if version_lag(sender_version, group.policy_version) > self.rule.max_version_lag:
             self.evicted["stale_on_arrival"] += 1
             return "stale_version"
@@ -162,6 +168,7 @@ class RolloutPool:
             return "too_large"
         self._arrivals += 1
         self.trust.note_verified(sender, own_round)
+        self.trust.note_network(sender, network)
         self.entries.append(
             PoolEntry(sender, own_round, now, group, rewards, size, self._arrivals, trainable_share)
         )
@@ -241,6 +248,9 @@ class RolloutPool:
             "cohorts": cohorts,
             "pick_cohort": lambda found: self.trust.draw_cohort(found, own_round, self._rng),
             "senders_first": self.senders_first,
+            "networks": (
+                [self.trust.network(e.sender) for e in candidates] if self.networks_first else None
+            ),
         }
         if self.selection == "signal":
             picked = select_by_signal(

@@ -25,7 +25,8 @@ of which tasks this node trained lately.
 - `draw_slots(...)`: the greedy draw under both rules, with the Sybil bound of
   `node.trust`: each pick first draws one of the arrival cohorts that have a candidate,
   then takes that cohort's best; `senders_first` spreads the picks over senders before
-  it gives any sender a second one.
+  it gives any sender a second one, and `networks` over networks before any network
+  gets a second (each level of spread applies before the next).
 
 Invariants: every function here is deterministic given its inputs; none drops a group
 for being stale (the pool filters staleness before calling); scores are >= 0.
@@ -112,12 +113,14 @@ def select_by_signal(
     cohorts: Sequence[int] | None = None,
     pick_cohort: Callable[[set[int]], int] | None = None,
     senders_first: bool = False,
+    networks: Sequence[str] | None = None,
 ) -> list[int]:
     """Indices of at most `count` candidates `(sender, task_key, rewards)`, highest
     `expected_signal` (times the candidate's `shares` entry, its trainable share; None:
     all 1) first (ties: lower index first, so pass candidates in random order), at most
     `per_sender_cap` per sender, each index once. `seen` counts recent trainings per
-    task key (not modified). `cohorts`, `pick_cohort`, `senders_first`: as `draw_slots`."""
+    task key (not modified). `cohorts`, `pick_cohort`, `senders_first`, `networks`: as
+    `draw_slots`."""
     if shares is not None and len(shares) != len(candidates):
         raise ValueError("one share per candidate")
     spread = [reward_std(rewards) for _, _, rewards in candidates]  # = expected_signal(r, 0)
@@ -132,6 +135,7 @@ def select_by_signal(
         cohorts=cohorts,
         pick_cohort=pick_cohort,
         senders_first=senders_first,
+        networks=networks,
     )
 
 
@@ -145,6 +149,7 @@ def draw_slots(
     cohorts: Sequence[int] | None = None,
     pick_cohort: Callable[[set[int]], int] | None = None,
     senders_first: bool = False,
+    networks: Sequence[str] | None = None,
 ) -> list[int]:
     """The greedy draw behind both selection rules: repeatedly the eligible candidate
     `(sender, task_key)` with the highest `score / (1 + seen[task])` (`seen` None: the
@@ -153,18 +158,31 @@ def draw_slots(
     `senders_first`, some other sender with an eligible candidate has none yet). With
     `cohorts` (one per candidate: its sender's arrival cohort, `node.trust`), each pick
     first asks `pick_cohort` for one of the cohorts that have an eligible candidate and
-    takes the best candidate of that cohort."""
+    takes the best candidate of that cohort. With `networks` (one per candidate: its
+    sender's network, `node.trust`) a candidate is eligible only while its network has
+    no more picks than every other network with an otherwise eligible candidate: each
+    network's k-th pick comes after every such network's (k-1)-th."""
     if len(scores) != len(candidates):
         raise ValueError("one score per candidate")
+    if networks is not None and len(networks) != len(candidates):
+        raise ValueError("one network per candidate")
     if cohorts is not None and (len(cohorts) != len(candidates) or pick_cohort is None):
         raise ValueError("one cohort per candidate, and pick_cohort with them")
     chosen: list[int] = []
     per_sender: Counter[str] = Counter()
     seen_now: Counter[str] | None = None if seen is None else Counter(seen)
+    per_network: Counter[str] = Counter()
     cap = 1 if senders_first else per_sender_cap
+    network_cap = 1
     remaining = list(range(len(candidates)))
     while len(chosen) < count and remaining:
         eligible = [i for i in remaining if per_sender[candidates[i][0]] < cap]
+        if networks is not None and eligible:
+            level = [i for i in eligible if per_network[networks[i]] < network_cap]
+            if not level:  # every network that has a candidate had its turn: next turn
+                network_cap = 1 + min(per_network[networks[i]] for i in eligible)
+                continue
+            eligible = level
         if not eligible:
             if cap < per_sender_cap:  # every sender had its first pick: now its others
                 cap = per_sender_cap
@@ -183,6 +201,8 @@ def draw_slots(
         sender, task = candidates[best]
         chosen.append(best)
         per_sender[sender] += 1
+        if networks is not None:
+            per_network[networks[best]] += 1
         if seen_now is not None:
             seen_now[task] += 1
         remaining.remove(best)

@@ -35,6 +35,15 @@ first heard of each sender. Keys minted together and sent together arrive togeth
   older cohorts' weights together: at 0.5 a wave never has more than a third of the
   draw against the founders (a half: up to a half), while a lone newcomer, at most one
   sender's weight, is not held back once the founders weigh 2 or more.
+- Each sender also has a *network*: where the transport first saw a direct connection
+  to it (`Transport.peer_network`: an IPv4 /24, an IPv6 /48, read from the connection,
+  never from the peer), or `UNLOCATED`, one network for every sender never seen
+  directly. Keys minted by one operator run from one machine or subnet however many
+  they are, and arrival cannot tell apart keys there from the start; with
+  `sapo.networks_first` the selection spreads its picks over networks before senders
+  (`node.selection.draw_slots`), so such keys take one slot a round while another
+  network offers a group. An attacker pays with address blocks (or the shared
+  unlocated network), not keys.
 - A refusal blamed on a sender (forged rewards, a mismatched prompt: what `node.intake`
   blames) moves it to the cohort of the current round: its age starts again.
 
@@ -62,6 +71,9 @@ from typing import Any
 
 from swarm.bounded import BoundedDict
 
+UNLOCATED = "unlocated"
+"""The network of every sender never seen over a direct connection: they share one."""
+
 MAX_SENDERS = 4096
 """Senders remembered (as the peer table's cap)."""
 
@@ -76,6 +88,8 @@ class SenderHistory:
     """Our round when its first accepted group arrived (or its last blame)."""
     last_round: int
     """Our last round with an accepted group of it."""
+    network: str | None = None
+    """Where the transport first saw a direct connection to it (`Transport.peer_network`)."""
 
 
 class TrustBook:
@@ -126,6 +140,18 @@ class TrustBook:
             history = SenderHistory(own_round, own_round)
         history.last_round = max(history.last_round, own_round)
         self._senders[sender] = history  # the newest; may forget the least recently active
+
+    def note_network(self, sender: str, network: str | None) -> None:
+        """The transport sees `sender` at `network` now. Its first network is kept (a key
+        cannot leave the network it was first seen at by connecting from elsewhere)."""
+        history = self._senders.get(sender)
+        if history is not None and history.network is None and network is not None:
+            history.network = network
+
+    def network(self, sender: str) -> str:
+        """The sender's network (`UNLOCATED` if never seen over a direct connection)."""
+        history = self._senders.get(sender)
+        return UNLOCATED if history is None or history.network is None else history.network
 
     def note_blamed(self, sender: str) -> None:
         """`sender` sent something our checks blame on it: it joins the current cohort
@@ -195,7 +221,9 @@ class TrustBook:
         return {
             "origin": self._origin,
             "latest": self._latest,
-            "senders": [[s, h.first_round, h.last_round] for s, h in self._senders.items()],
+            "senders": [
+                [s, h.first_round, h.last_round, h.network] for s, h in self._senders.items()
+            ],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -203,5 +231,9 @@ class TrustBook:
         origin = state.get("origin")
         self._origin = None if origin is None else int(origin)
         self._latest = int(state.get("latest", 0))
-        for sender, first, last in state.get("senders", [])[-self.max_senders :]:
-            self._senders[str(sender)] = SenderHistory(int(first), int(last))
+        for row in state.get("senders", [])[-self.max_senders :]:
+            sender, first, last = row[:3]
+            network = row[3] if len(row) > 3 and row[3] is not None else None
+            self._senders[str(sender)] = SenderHistory(
+                int(first), int(last), None if network is None else str(network)
+            )

@@ -73,6 +73,12 @@ from swarm.messages import Hello
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
 
 
+def sim_network(index: int, block: int = 0) -> str:
+    """The address block simnet node `index` is seen at (`Transport.peer_network`);
+    `block` > 0: another block of the same attacker (`hostile.sybil_networks`)."""
+    return f"sim-{index}" if block == 0 else f"sim-{index}.{block}"
+
+
 def node_seeds(seed: int, group: NodeGroupSpec, name: str) -> tuple[int, int]:
     """The model and task seeds of node `name` of `group` in a run of seed `seed`."""
     init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
@@ -137,6 +143,8 @@ class Simulation:
             frozenset({self.rollouts_topic}),
         )
         self.network = SimNetwork(f"simnet-{scenario.name}-{seed}", self.link)
+        for plan in plans:  # each simulated node on an address block of its own
+            self.network.locate(plan.identity.peer_id, sim_network(plan.index))
         self.events: list[dict[str, Any]] = []
         self.skipped_faults = 0
         learners = [sn for sn in self.nodes if not sn.plan.group.is_attacker]
@@ -169,6 +177,10 @@ class Simulation:
             Identity.from_seed(derive_bytes(self.seed, plan.name, "sybil", i))
             for i in range(1, spec.sybil_keys if plan.group.behavior in MANY_KEYS else 1)
         ]
+        for i, identity in enumerate(extra, start=1):
+            self.network.locate(
+                identity.peer_id, sim_network(plan.index, i % spec.sybil_networks)
+            )
         sn.attacker = Attacker(
             AttackSettings.of(plan.group.behavior, spec),
             plan.config,

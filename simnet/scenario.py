@@ -170,6 +170,10 @@ class HostileSpec(StrictModel):
     """`flood`: signed messages sent per tick."""
     sybil_keys: int = Field(8, ge=1, le=4096)
     """`sybil`, `signal_bait`, `signal_bait_ended`: identities one attacker holds."""
+    sybil_networks: int = Field(1, ge=1, le=4096)
+    """Networks (address blocks) the attacker's keys are seen at, its keys dealt over
+    them in turn: 1, one machine or subnet (what keys cost); up to `sybil_keys`, an
+    address block rented per key (`sapo.networks_first`'s limit)."""
     groups_per_batch: int = Field(4, ge=1, le=256)
     """Rollout groups per batch the attacker sends (`forged_rewards`, `sybil`, ...)."""
     attack_after_s: float = Field(0.0, ge=0)

@@ -72,6 +72,13 @@ class Transport(Protocol):
 
     def connected_peers(self) -> list[str]: ...
 
+    def peer_network(self, peer: str) -> str | None:
+        """The network (an address block, e.g. an IPv4 /24) at which this transport is
+        directly connected to `peer`, or None when it cannot say (no direct connection,
+        a relay or a broker in between). Read from the connection, never from the peer's
+        word; `node.trust` counts the keys seen at one network as one operator."""
+        ...
+
 
 def topic(swarm_id: str, kind: str) -> str:
     return f"swarm/{swarm_id}/{kind}"

@@ -109,6 +109,15 @@ class SapoConfig(StrictModel):
     senders_first: bool = False
     """Spread the J picks over senders: no sender gets a second group while another
     sender with a usable group has none (then `per_sender_cap` applies)."""
+    networks_first: bool = False
+    """Spread the J picks over networks before senders: no network gets a second group
+    while another network with a usable group has none. A sender's network is where
+    this node first saw a direct connection to it (an IPv4 /24, an IPv6 /48; the
+    transport's observation, never the peer's word); senders never seen directly (over
+    MQTT, say) share one. So 8 or 800 keys run from one machine or subnet, even keys
+    there from the swarm's first round, take one slot a round while other networks
+    offer groups (`node.trust`, `docs/sybil.md`). Peers on one LAN or machine share a
+    network too (then nothing changes among them)."""
     novelty_window: int = Field(8, ge=0, le=1024)
     """`signal` selection: a task (its prompt) trained in this many of our last rounds,
     locally or from a peer, counts as seen; each sighting divides its novelty

@@ -17,11 +17,13 @@ lines on stdout:
      "sha256": ..., "size": n}
     {"event": "burst", "count": n, "size": s, "seconds": t}   after a `send` command
     {"event": "arrived", "first": i, "last": j, "t": t}  after `expect` (below)
-    {"event": "peers", "connected": [...]} / {"event": "stats", ...} / {"event": "done"}
+    {"event": "peers", "connected": [...], "networks": {peer: network or null}}
+    {"event": "stats", ...} / {"event": "done"}
 
 Commands on stdin, one per line: `send COUNT SIZE [START]`, `forge COUNT SIZE [PER_S]`
 (raw mode: COUNT envelopes whose signature is random bytes, as fast as the transport
-takes them or at PER_S a second; answers `forged`), `expect FIRST LAST`, `peers`,
+takes them or at PER_S a second; answers `forged`), `expect FIRST LAST`, `peers
+[PEER ...]` (the connected peers, and the network each of them and of PEER is seen at),
 `stats`, `quit`. EOF on stdin ends the process (so an orphan never outlives its test).
 `expect FIRST LAST` emits one `arrived` event, with the wall time of the last arrival,
 once every index in [FIRST, LAST) was received (at once if they already were).
@@ -331,7 +333,10 @@ class Peer:
             elif words[0] == "expect":
                 self.expect(int(words[1]), int(words[2]))
             elif words[0] == "peers":
-                emit("peers", connected=sorted(self.transport.connected_peers()))
+                connected = sorted(self.transport.connected_peers())
+                asked = [*connected, *words[1:]]
+                networks = {peer: self.transport.peer_network(peer) for peer in asked}
+                emit("peers", connected=connected, networks=networks)
             elif words[0] == "stats":
                 stats = getattr(self.transport, "stats", dict)()
                 layer = self.gossip.snapshot() if self.gossip is not None else {}

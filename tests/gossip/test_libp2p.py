@@ -99,8 +99,11 @@ def test_line_topology_delivers_multi_hop_both_ways_with_true_sender(spawn_peer:
     assert [(e["size"], e["sha256"]) for e in big_at_a] == [
         (8_000_000, next(e["sha256"] for e in c.sent() if e["index"] == 1500))
     ]
-    # Still not directly connected: everything above went through B.
-    assert a.request("peers", "peers")["connected"] == [b.peer_id]
+    # Still not directly connected: everything above went through B. So A sees B, on
+    # this machine, and cannot say where C is (`node.trust` counts C as unlocated).
+    peers = a.request(f"peers {c.peer_id}", "peers")
+    assert peers["connected"] == [b.peer_id]
+    assert peers["networks"] == {b.peer_id: "127.0.0.0/8", c.peer_id: None}
     stats = c.request("stats", "stats")
     assert stats["transport"]["dropped_incoming"] == 0
     assert stats["transport"]["outbound_refused"] == 0

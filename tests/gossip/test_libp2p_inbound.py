@@ -16,7 +16,7 @@ import pytest
 
 import gossip.libp2p_inbound as inbound
 import gossip.libp2p_selfcheck as selfcheck
-from gossip.libp2p_inbound import InboundSlots, address_keys
+from gossip.libp2p_inbound import InboundSlots, address_keys, network_key
 from swarm.internals import LibraryInternalsChanged
 
 CHURN_SCRIPT = Path(__file__).with_name("churn_peer.py")
@@ -83,6 +83,18 @@ def test_address_keys() -> None:
     assert address_keys("2001:db8:1:2::6")[0] == address_keys("2001:db8:1:2::5")[0]
     assert address_keys("127.0.0.1") == (None, None)
     assert address_keys(None) == (None, None)
+
+
+def test_network_keys_name_the_block_an_operator_holds() -> None:
+    assert network_key("198.51.100.7") == network_key("198.51.100.250") == "198.51.100.0/24"
+    assert network_key("::ffff:198.51.100.7") == "198.51.100.0/24"
+    assert network_key("2001:db8:1:2::5") == network_key("2001:db8:1:ff::9") == "2001:db8:1::/48"
+    assert network_key("10.1.2.3") == "10.1.2.0/24"  # a LAN is one network too
+    assert network_key("127.0.0.1") == network_key("127.0.0.2") == "127.0.0.0/8"
+    assert network_key("::1") == "::1/128"
+    assert network_key("fe80::1%eth0") == "fe80::/48"
+    assert network_key(None) is None
+    assert network_key("peer.example") == "peer.example"
 
 
 def test_release_twice_raises() -> None:

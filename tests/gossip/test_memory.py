@@ -302,3 +302,15 @@ def test_deliver_now_is_enqueue_then_receive(net_name: str) -> None:
         assert quick.drops == {"not_running": 1, "not_subscribed": 1, "queue_full": 1}
 
     asyncio.run(main())
+
+
+def test_a_memory_transport_sees_peers_where_its_network_locates_them() -> None:
+    network = MemoryNetwork("located")
+    a = MemoryTransport(
+        MemoryTransportConfig(network="located"), Identity.generate(), network=network
+    )
+    network.locate("peer-b", "sim-1")
+    assert a.peer_network("peer-b") == "sim-1"
+    assert a.peer_network("peer-c") is None  # never located: nobody can say where it is
+    network.locate("peer-b", None)
+    assert a.peer_network("peer-b") is None

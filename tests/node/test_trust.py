@@ -10,7 +10,7 @@ import pytest
 
 from node.pool import RolloutPool
 from node.selection import draw_slots, select_by_signal
-from node.trust import TrustBook
+from node.trust import UNLOCATED, TrustBook
 from swarm.config import parse_config
 from swarm.errors import ConfigError
 from swarm.messages import RolloutGroup, TaskRef
@@ -164,6 +164,78 @@ def test_senders_first_spreads_picks_before_giving_a_second_one() -> None:
     assert [candidates[i][0] for i in greedy] == ["a", "a", "c"]
     more = draw_slots(candidates, scores, 5, 2, None, senders_first=True)
     assert Counter(candidates[i][0] for i in more) == {"a": 2, "b": 1, "c": 1}
+
+
+def test_networks_take_turns_before_any_takes_a_second_pick() -> None:
+    # 8 keys on one network, there from the start, with the largest spread; 3 honest
+    # senders on networks of their own.
+    candidates = [(f"sybil{k}", f"s{k}") for k in range(8)]
+    candidates += [(f"honest{i}", f"h{i}{j}") for i in range(3) for j in range(2)]
+    scores = [0.5] * 8 + [0.3, 0.2] * 3
+    networks = ["203.0.113.0/24"] * 8 + [f"198.51.{i}.0/24" for i in range(3) for _ in range(2)]
+    spread = draw_slots(candidates, scores, 4, 2, None, networks=networks)
+    assert sorted(candidates[i][0] for i in spread) == ["honest0", "honest1", "honest2", "sybil0"]
+    assert all(candidates[i][1] != "h01" for i in spread)  # each network's best group
+    greedy = draw_slots(candidates, scores, 4, 2, None)
+    assert all(candidates[i][0].startswith("sybil") for i in greedy)
+    # Once every network had its turn, the second turn goes by score again.
+    more = draw_slots(candidates, scores, 6, 2, None, networks=networks)
+    assert Counter(networks[i] for i in more)["203.0.113.0/24"] == 2
+    # One network (peers on one machine or LAN): the draw is the greedy one.
+    assert draw_slots(candidates, scores, 4, 2, None, networks=["lan"] * 14) == greedy
+    with pytest.raises(ValueError, match="one network per candidate"):
+        draw_slots(candidates, scores, 4, 2, None, networks=["lan"])
+
+
+def test_a_sender_keeps_the_first_network_it_was_seen_at() -> None:
+    book = TrustBook(cohort_rounds=0)
+    book.note_network("a", "198.51.100.0/24")  # not yet accepted: nothing to note it on
+    assert book.network("a") == UNLOCATED
+    book.note_verified("a", 0)
+    book.note_network("a", None)  # heard through a forwarder: still unlocated
+    assert book.network("a") == UNLOCATED
+    book.note_network("a", "198.51.100.0/24")
+    book.note_network("a", "192.0.2.0/24")  # a key cannot move out of its network
+    assert book.network("a") == "198.51.100.0/24"
+    book.note_verified("b", 1)
+    copy = TrustBook(cohort_rounds=0)
+    copy.load_state_dict(book.state_dict())
+    assert [copy.network(s) for s in ("a", "b")] == ["198.51.100.0/24", UNLOCATED]
+    old = {"origin": 0, "latest": 1, "senders": [["a", 0, 1]]}  # a checkpoint from before
+    copy.load_state_dict(old)
+    assert copy.network("a") == UNLOCATED and copy.history("a") is not None
+
+
+@pytest.mark.parametrize("selection", ["uniform", "signal"])
+def test_keys_from_one_network_there_from_the_start_share_one_turn(selection: str) -> None:
+    honest = [f"honest-{i}" for i in range(3)]
+    sybils = [f"sybil-{k}" for k in range(32)]
+    shares = {}
+    for networks_first in (True, False):
+        pool, index, share = _pool(selection, 0), 0, []
+        pool.networks_first = networks_first
+        for own_round in range(16):
+            for sender in honest + sybils:
+                network = "203.0.113.0/24" if sender.startswith("sybil") else sender
+                for _ in range(2):
+                    index += 1
+                    rewards = HALF if sender.startswith("sybil") else QUARTER
+                    added = pool.add(
+                        sender,
+                        _group(index),
+                        rewards,
+                        own_round=own_round,
+                        sender_version=0,
+                        now=0,
+                        network=network,
+                    )
+                    assert added is None
+            chosen = pool.select(4, own_round, lambda s: 0, 0.0)
+            assert len(chosen) == 4
+            share.append(sum(e.sender.startswith("sybil") for e in chosen) / 4)
+        shares[networks_first] = share
+    assert shares[True] == [0.25] * 16  # one turn of four, every round
+    assert sum(shares[False]) / 16 > 0.8
 
 
 def test_select_by_signal_picks_by_signal_within_the_drawn_cohort() -> None:

@@ -147,3 +147,30 @@ def test_a_late_wave_of_bait_keys_shares_one_cohort_budget(keys: int, tmp_path: 
         share[cohort_rounds] = taken / used
     assert share[0] > 0.8, share
     assert share[4] < share[0] - 0.3, share
+
+
+def test_bait_keys_there_from_the_start_share_one_network_turn(tmp_path: Path) -> None:
+    """Issue 35: `signal_bait_ended` with 6 keys from the swarm's first round shares the
+    honest nodes' arrival cohort, so cohorts cannot bound it. Its keys are seen at one
+    network (simnet's stand-in for the address of a direct connection); with
+    `networks_first` they share one turn, one of a node's 2 external slots a round while
+    its 3 honest peers offer groups. Keys at 6 networks (an address block each) are not
+    bounded: what the defence costs an attacker is address blocks, not keys."""
+    share = {}
+    for networks_first, blocks in ((False, 1), (True, 1), (True, 6)):
+        run = attacked("signal_bait_ended", rounds=24)
+        data = run.model_dump()
+        data["defaults"]["sapo"].update(external_selection="signal", networks_first=networks_first)
+        data["nodes"][1]["hostile"]["sybil_networks"] = blocks
+        out = tmp_path / f"{networks_first}-{blocks}"
+        summary = Simulation(type(run).model_validate(data), None, 0, out).run()
+        bait = set(summary["attackers"][0]["peer_ids"])
+        taken = used = 0
+        for node in summary["nodes"]:
+            for r in read_metrics(out / node["name"] / "metrics.jsonl"):
+                used += sum(r["external_by_sender"].values())
+                taken += sum(n for s, n in r["external_by_sender"].items() if s in bait)
+        share[networks_first, blocks] = taken / used
+    assert share[False, 1] > 0.8, share
+    assert share[True, 1] <= 0.5, share
+    assert share[True, 6] > 0.8, share

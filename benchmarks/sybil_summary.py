@@ -40,6 +40,8 @@ OPEN = {
     "i4-j4-signal-wild-earned": "i4-j4-signal-wild",
     "defended-half": "open",
     "i4-j4-signal-wild-half": "i4-j4-signal-wild",
+    "defended-net": "open",
+    "i4-j4-signal-wild-net": "i4-j4-signal-wild",
 }
 """A defended variant -> the same scenario's variant without cohorts."""
 REFINES = {
@@ -47,9 +49,12 @@ REFINES = {
     "i4-j4-signal-wild-earned": "i4-j4-signal-wild-cohorts",
     "defended-half": "defended-earned",
     "i4-j4-signal-wild-half": "i4-j4-signal-wild-earned",
+    "defended-net": "defended-half",
+    "i4-j4-signal-wild-net": "i4-j4-signal-wild-half",
 }
 """A variant -> the same scenario's variant it refines: `earned` the cohorts weighing one
-sender, `half` (`cohort_older_share = 0.5`) the `earned` ones."""
+sender, `half` (`cohort_older_share = 0.5`) the `earned` ones, `net` (`networks_first`)
+the `half` ones."""
 
 
 def runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
@@ -103,7 +108,8 @@ def table(root: Path) -> tuple[list[dict[str, Any]], str]:
     rows = []
     lines = [
         "| row | seeds | cumulative reward | vs honest swarm [95% CI] | vs plain silo [95% CI] "
-        "| vs the same row open | vs the variant it refines (earned: one; half: earned) "
+        "| vs the same row open | vs the variant it refines (earned: one; half: earned; "
+        "net: half) "
         "| attacker's slot share (whole run / after its first slot) |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -51,6 +51,8 @@ def test_three_join_processes_share_rollouts(tmp_path: Path) -> None:
     # (node, peer) pairs was a ~1.5%-a-run event at 20 rounds; 30 make it ~0.1%.
     rounds = 30
     configs = write_configs(3, rounds, tmp_path)
+    for config in configs:  # all on one machine: one network, the draw as without it
+        config.write_text(config.read_text() + "\n[sapo]\nnetworks_first = true\n")
     procs = []
     for index, config in enumerate(configs):
         # Each waits for both others before its first round (a loaded machine can start
@@ -71,6 +73,13 @@ def test_three_join_processes_share_rollouts(tmp_path: Path) -> None:
             senders.update(record["external_by_sender"])
         used_by[index] = senders
         assert sum(r["external_groups"] for r in records) > 0, logs[index]
+    # The middle node is every other node's bootstrap peer, connected to both directly:
+    # its last checkpoint says where its transport saw them (`node.trust`).
+    saved = latest_valid(tmp_path / "node-1")
+    assert saved is not None
+    senders = json.loads((saved / "node.json").read_text())["pool"]["trust"]["senders"]
+    networks = {row[0]: row[3] for row in senders}
+    assert networks == dict.fromkeys(used_by[1], "127.0.0.0/8"), networks
     for index in range(3):
         others = set().union(*(used_by[j] for j in range(3) if j != index))
         # every node's groups were used by some peer, and each node used both others

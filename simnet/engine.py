@@ -178,9 +178,7 @@ class Simulation:
             for i in range(1, spec.sybil_keys if plan.group.behavior in MANY_KEYS else 1)
         ]
         for i, identity in enumerate(extra, start=1):
-            self.network.locate(
-                identity.peer_id, sim_network(plan.index, i % spec.sybil_networks)
-            )
+            self.network.locate(identity.peer_id, sim_network(plan.index, i % spec.sybil_networks))
         sn.attacker = Attacker(
             AttackSettings.of(plan.group.behavior, spec),
             plan.config,

@@ -23,6 +23,9 @@ Invariants:
 - Each delivered message is a `MemoryMessage`, a `TransportMessage` that also records
   the source transport's peer id in `source` (for tests and simnet bookkeeping only; it
   is not authentication and gossip ignores it).
+- `peer_network(peer)` is where the network was told the peer is seen (`locate`, set
+  by simnet: a stand-in for the address of a direct connection), None for a peer never
+  located (unit tests: every sender unlocated).
 - A transport refuses to publish anything over its own `max_message_bytes`
   (`ValueError`): a sender bug, not a peer's fault.
 - `deliver_now(topic, data, source=...)` is `enqueue` followed at once by `receive`, for

@@ -111,14 +111,20 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.tools.anyio_service import background_trio_service
 
 from gossip.inbox import Inbox
+from gossip.libp2p_connections import (
+    connected_peer_ids,
+    connections_open,
+    peer_links,
+    peer_network,
+)
 from gossip.libp2p_dialer import Redialer
 from gossip.libp2p_host import new_routers, new_swarm_host
 from gossip.libp2p_inbound import InboundHandler
 from gossip.libp2p_listen import announced_addrs, refuse_unusable_listen
 from gossip.libp2p_patches import SwarmGossipSub, SwarmPubsub
-from gossip.libp2p_queues import BoundedPriorityQueue, refused_rpcs
+from gossip.libp2p_queues import outbound_totals, refused_rpcs
 from gossip.libp2p_refusals import Refusals
-from gossip.nat import NatTraversal, peer_links, peer_network
+from gossip.nat import NatTraversal
 from gossip.peer_exchange import PeerExchange
 from swarm.config.network import Libp2pTransportConfig
 from swarm.identity import Identity
@@ -287,30 +293,23 @@ class Libp2pTransport:
         except ConnectionError:
             raise ConnectionError(f"libp2p transport stopped: {self._failure!r}") from None
 
+    def _live_host(self) -> IHost | None:
+        return None if self._stopped else self._host
+
     def connected_peers(self) -> list[str]:
-        host = self._host
-        if host is None or self._stopped:
-            return []
-        # tuple() over a dict runs in C under the GIL: a consistent snapshot.
-        return [pid.to_base58() for pid in tuple(host.get_network().connections)]
+        host = self._live_host()
+        return [] if host is None else connected_peer_ids(host)
 
     def peer_network(self, peer: str) -> str | None:
         """The network (`gossip.libp2p_inbound.network_key`) of a direct connection to
         `peer`, or None (not connected, or only through a relay)."""
-        host = self._host
-        return None if host is None or self._stopped else peer_network(host, peer)
-
-    def _connections_open(self) -> int:
-        host = self._host
-        if host is None or self._stopped:
-            return 0
-        # tuple() and len() of the library's dict and lists are atomic under the GIL.
-        return sum(len(conns) for conns in tuple(host.get_network().connections.values()))
+        host = self._live_host()
+        return None if host is None else peer_network(host, peer)
 
     def peer_links(self) -> dict[str, str]:
         """Connected peers: `direct`, or `relayed` when every connection is `/p2p-circuit`."""
-        host = self._host
-        return {} if host is None or self._stopped else peer_links(host)
+        host = self._live_host()
+        return {} if host is None else peer_links(host)
 
     # ---- extras for tests, the CLI and metrics --------------------------------------
 
@@ -348,15 +347,9 @@ class Libp2pTransport:
         (both directions); `inbound`: inbound slots (`slots_used` now, `accepted` and
         `refused_by_reason` at accept, `failed` upgrades; `gossip.libp2p_inbound`).
         """
-        refused = 0
-        outbound_bytes = 0
         pubsub = self._pubsub
-        if pubsub is not None:
-            for queue in tuple(pubsub.peer_queues.values()):
-                inner = queue._queue  # private: checked at start (gossip.libp2p_selfcheck)
-                if isinstance(inner, BoundedPriorityQueue):
-                    refused += inner.refused
-                    outbound_bytes += inner.queued_bytes
+        refused, outbound_bytes = outbound_totals(pubsub.peer_queues) if pubsub else (0, 0)
+        host = self._live_host()
         inbox = self._inbox
         gossipsub = self._gossipsub
         meshsub = tuple(gossipsub.peer_protocol.values()) if gossipsub is not None else ()
@@ -377,7 +370,7 @@ class Libp2pTransport:
             "dials_failed": self._redialer.dials_failed,
             "peers_given_up": self._redialer.peers_given_up,
             "discovery": self._exchange.stats(),
-            "connections_open": self._connections_open(),
+            "connections_open": 0 if host is None else connections_open(host),
             "inbound": self._inbound.stats() if self._inbound is not None else {},
             **(self._nat.stats() if self._nat is not None else {}),
         }

@@ -107,3 +107,15 @@ class PeerQueues(dict[ID, _rpc_queue.RpcQueue]):
                 _MAX_QUEUED_RPCS, self._max_queued_bytes, peer_id.to_base58()
             )
         super().__setitem__(peer_id, queue)
+
+
+def outbound_totals(peer_queues: dict[ID, _rpc_queue.RpcQueue]) -> tuple[int, int]:
+    """(RPCs refused, bytes queued) over every peer's bounded queue (a snapshot safe from
+    the asyncio thread: `tuple()` over the dict runs under the GIL)."""
+    refused = queued = 0
+    for queue in tuple(peer_queues.values()):
+        inner = queue._queue  # private: checked at start (gossip.libp2p_selfcheck)
+        if isinstance(inner, BoundedPriorityQueue):
+            refused += inner.refused
+            queued += inner.queued_bytes
+    return refused, queued

@@ -28,8 +28,8 @@ What a node does:
 - DCUtR upgrades a relayed connection to a direct one by TCP hole punching (simultaneous
   open from the listen port). Only the side that *accepted* the relayed connection
   drives it, as the spec says (the library's auto-drive starts it from both sides).
-- `peer_links` says per connected peer whether some connection to it is direct
-  (`direct`) or all of them go through a relay (`relayed`: `/p2p-circuit`).
+- Which connection is relayed, and per peer whether some connection to it is direct, is
+  `gossip.libp2p_connections` (`is_relayed`, `peer_links`).
 
 Library defects worked around here (py-libp2p 0.8.1):
 - `AutoNATService._try_dial` uses `host.connect`, which returns at once when a
@@ -64,8 +64,7 @@ from typing import Any
 
 import multiaddr
 import trio
-from libp2p.abc import IHost, INetConn, INetStream
-from libp2p.connection_types import ConnectionType
+from libp2p.abc import IHost, INetStream
 from libp2p.host.autonat.autonat import AUTONAT_PROTOCOL_ID, AutoNATService
 from libp2p.host.autonat.pb.autonat_pb2 import Message
 from libp2p.peer.id import ID
@@ -76,7 +75,7 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
-from gossip.libp2p_inbound import network_key
+from gossip.libp2p_connections import is_relayed, peer_links
 from gossip.relay import RELAY_LIMITS, Member, SwarmCircuitRelay
 
 log = logging.getLogger("gossip.libp2p")
@@ -100,49 +99,6 @@ _OUR_FAILURES = (AttributeError, NameError, TypeError)
 """Exceptions no peer's request causes: our code or the library's failed."""
 
 UNKNOWN, PUBLIC, PRIVATE = "unknown", "public", "private"
-
-
-def is_relayed(conn: INetConn) -> bool:
-    """True when `conn` runs through a relay (a `/p2p-circuit` connection)."""
-    try:
-        if conn.get_connection_type() == ConnectionType.RELAYED:
-            return True
-        return any("/p2p-circuit" in str(a) for a in conn.get_transport_addresses())
-    except Exception:  # noqa: BLE001 - a closing connection may fail any accessor
-        return False
-
-
-def peer_links(host: IHost) -> dict[str, str]:
-    """Per connected peer (base58): `direct` if one connection is direct, else `relayed`."""
-    out: dict[str, str] = {}
-    for pid, conns in tuple(host.get_network().connections.items()):
-        items = conns if isinstance(conns, list) else [conns]
-        direct = any(not is_relayed(c) for c in tuple(items))
-        out[pid.to_base58()] = "direct" if direct else "relayed"
-    return out
-
-
-def peer_network(host: IHost, peer: str) -> str | None:
-    """The network (`network_key`) of the first direct connection to `peer` (base58) that
-    has an IP address; None when every connection to it is relayed (the relay's address
-    says nothing about the peer) or there is none."""
-    for pid, conns in tuple(host.get_network().connections.items()):
-        if pid.to_base58() != peer:
-            continue
-        for conn in tuple(conns if isinstance(conns, list) else [conns]):
-            if is_relayed(conn):
-                continue
-            try:
-                addrs = conn.get_transport_addresses()
-            except Exception:  # noqa: BLE001 - a closing connection may fail any accessor
-                continue
-            for addr in addrs:
-                for proto in ("ip4", "ip6"):
-                    try:
-                        return network_key(addr.value_for_protocol(proto))
-                    except Exception:  # noqa: BLE001 - the address lacks that protocol
-                        continue
-    return None
 
 
 def observed_ip(stream: INetStream) -> str | None:

@@ -17,15 +17,14 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from pydantic import ValidationError
 
+from gossip.libp2p_connections import is_relayed, peer_links, peer_network
 from gossip.nat import (
     PRIVATE,
     PUBLIC,
     UNKNOWN,
     _DialBackAutoNAT,
     dials_circuit,
-    is_relayed,
     observed_ip,
-    peer_links,
     reachability_of,
     stream_is_relayed,
 )
@@ -94,6 +93,26 @@ def test_a_peer_is_relayed_only_while_every_connection_is_a_circuit() -> None:
     assert is_relayed(circuit) and is_relayed(tagged) and not is_relayed(tcp)
     host = _Host({peer: [circuit], other: [tagged, tcp]})
     assert peer_links(host) == {peer.to_base58(): "relayed", other.to_base58(): "direct"}  # type: ignore[arg-type]
+
+
+def test_a_peer_is_placed_by_its_first_direct_connection_with_an_ip() -> None:
+    relay, peer, other, v6 = _id(), _id(), _id(), _id()
+    circuit = _Conn([f"/ip4/198.51.100.9/tcp/4001/p2p/{relay}/p2p-circuit/p2p/{peer}"])
+    host = _Host(
+        {
+            peer: [circuit],  # the relay's address is not the peer's
+            other: [
+                circuit,
+                _Conn(["/dns4/peer.example/tcp/4001"]),
+                _Conn(["/ip4/203.0.113.5/tcp/4001"]),
+            ],
+            v6: [_Conn(["/ip6/2001:db8:1:2::5/tcp/4001"])],
+        }
+    )
+    assert peer_network(host, peer.to_base58()) is None  # type: ignore[arg-type]
+    assert peer_network(host, other.to_base58()) == "203.0.113.0/24"  # type: ignore[arg-type]
+    assert peer_network(host, v6.to_base58()) == "2001:db8:1::/48"  # type: ignore[arg-type]
+    assert peer_network(host, _id().to_base58()) is None  # type: ignore[arg-type]
 
 
 def test_relay_without_nat_traversal_is_refused_naming_the_fix() -> None:

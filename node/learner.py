@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from swarm.messages import MAX_LOGPROB_TOKENS, DeltaPacket, RolloutGroup, TaskRef
+from swarm.messages import DeltaPacket, RolloutGroup, TaskRef
+from swarm.token_arrays import MAX_LOGPROB_TOKENS
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,15 @@ class LocalGroup:
     """Per completion: ended with a stop token (EOS). Empty: unknown (all False)."""
 
     def to_wire(self, model_id: str, policy_version: int, model_family: str = "") -> RolloutGroup:
-        """The group for the wire; with `model_family`, its sampler logprobs too (left out
-        if any completion has more than the wire's `MAX_LOGPROB_TOKENS`)."""
+        """The group for the wire; with `model_family`, its sampler logprobs and token ids
+        too (each left out if any completion has more than the wire's
+        `MAX_LOGPROB_TOKENS`)."""
         lps = self.sampler_logprobs or ()
         if not model_family or any(len(lp) > MAX_LOGPROB_TOKENS for lp in lps):
             lps = ()
+        ids = self.token_ids or ()
+        if not model_family or any(len(t) > MAX_LOGPROB_TOKENS for t in ids):
+            ids = ()
         return RolloutGroup(
             task=self.ref,
             prompt=self.prompt,
@@ -44,6 +49,7 @@ class LocalGroup:
             finished=self.finished,
             model_family=model_family,
             logprobs=lps,
+            token_ids=ids,
         )
 
 
@@ -64,6 +70,9 @@ class ExternalGroup:
     sampler_logprobs: tuple[tuple[float, ...], ...] = ()
     """The sender's sampler logprobs per completion (empty: not carried); comparable with
     ours only where `model_family` is ours."""
+    token_ids: tuple[tuple[int, ...], ...] = ()
+    """The token ids the sender sampled per completion (empty: not carried); meaningful
+    only where `model_family` is ours."""
 
     @classmethod
     def of(cls, sender: str, group: RolloutGroup, rewards: tuple[float, ...]) -> ExternalGroup:
@@ -77,6 +86,7 @@ class ExternalGroup:
             group.task.source,
             group.model_family,
             group.logprobs,
+            group.token_ids,
         )
 
 

@@ -305,6 +305,7 @@ class PolicyLearner:
                 rewards=list(e.rewards),
                 finished=list(e.finished) if e.finished and self.peer_stops else None,
                 sampler_logprobs=self._peer_logprobs(e),
+                peer_token_ids=self._peer_token_ids(e),
                 local=False,
                 prompt_ids=self.renderer.ids(e.prompt, e.source),
             )
@@ -344,6 +345,20 @@ class PolicyLearner:
             for lp, done, text, sent in zip(
                 e.sampler_logprobs, ended, trained, e.completions, strict=True
             )
+        ]
+
+    def _peer_token_ids(self, e: ExternalGroup) -> list[list[int] | None] | None:
+        """The ids a peer of our model family sampled, per completion, without its stop
+        token (the trainer appends ours), None for a text we changed (`foreign_text`):
+        the trainer still checks they decode to the text (`train.peer_tokens`)."""
+        if not e.token_ids or e.model_family != self.model_family:
+            return None
+        ended = e.finished or (False,) * len(e.completions)
+        trained = self._peer_texts(e)
+        rows = zip(e.token_ids, ended, trained, e.completions, strict=True)
+        return [
+            None if text != sent else list(ids[:-1] if done and ids else ids)
+            for ids, done, text, sent in rows
         ]
 
     def receive_delta(

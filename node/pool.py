@@ -1,7 +1,7 @@
 """The rollout pool: external groups waiting to be trained on.
 
 Invariants:
-- Bounded: at most `max_groups` entries and `max_bytes` of text and logprobs (4 bytes a
+- Bounded: at most `max_groups` entries and `max_bytes` of text, logprobs and token ids (4 bytes a
   token); when full, an entry of the sender holding the most entries goes (the stalest
   of theirs; ties: the newest arrival), so a flooding sender pushes out its own groups
   before anyone else's, and a crowd of fresh (sybil) keys cannot push out the groups
@@ -163,6 +163,7 @@ class RolloutPool:
             return "stale_version"
         size = len(group.prompt) + sum(map(len, group.completions))
         size += 4 * sum(map(len, group.logprobs))  # as on the wire (float32)
+        size += 4 * sum(map(len, group.token_ids))  # as on the wire (uint32)
         if size > self.max_bytes:
             self.evicted["too_large"] += 1
             return "too_large"

@@ -10,7 +10,10 @@ Invariants:
 3. Token ids: prompts are task questions rendered by the node's `PromptRenderer` (chat
    template or plain; the sampler uses the same one). A local group's sampled ids are
    used as they are; a foreign group's (peer's) completion texts are re-tokenized with
-   the local tokenizer (separately from the prompt, so the boundary is exact). Which of
+   the local tokenizer (separately from the prompt, so the boundary is exact), or, under
+   `peer_tokens = "as_sampled"`, taken as the ids a same-family peer sampled where they
+   decode to exactly the text (a claim checked, never trusted: other ids are
+   re-tokenized, `n_peer_ids_refused`). Which of
    its tokens are trained is `policy.trajectories`' rule (`foreign_trajectory`): by
    default only a completion that ended (the caller says it `finished`), within the local
    `max_new_tokens` with the local EOS, which is trained where its advantage is positive
@@ -145,8 +148,9 @@ class RowBuilder:
                 if group.sampler_logprobs is not None:
                     sampler_lp = list(group.sampler_logprobs[i])
             else:
+                body, as_sampled = self._peer_body(group, i, text, stats)
                 peer = peer_completion_ids(
-                    encode_completion(self.tokenizer, text),
+                    body,
                     bool(group.finished and group.finished[i]),
                     self.eos_id,
                     self.max_new_tokens,
@@ -158,6 +162,8 @@ class RowBuilder:
                     stats.n_peer_partial += peer.outcome == "partial"
                 if peer.ids is None:
                     continue
+                if stats is not None:
+                    stats.n_peer_as_sampled += as_sampled
                 ids, ended_without_eos = peer.ids, peer.ended_without_eos
             if not ids or not prompt_ids:
                 continue
@@ -173,6 +179,24 @@ class RowBuilder:
                 self._peer_treatment(row, len(ids), peer_lp, stats)
             rows.append(row)
         return rows
+
+    def _peer_body(
+        self, group: TrainGroup, i: int, text: str, stats: StepStats | None
+    ) -> tuple[list[int], bool]:
+        """A peer completion's tokens before the trajectory rule, and whether they are as
+        sampled: the ids the peer sampled under `peer_tokens = "as_sampled"` where they
+        are ours to read (every id in our vocabulary) and decode to exactly `text`, else
+        `text` re-tokenized (ids that came and did not match: `n_peer_ids_refused`)."""
+        sent = group.peer_token_ids[i] if group.peer_token_ids else None
+        if self.config.peer_tokens == "as_sampled" and sent is not None:
+            vocabulary = len(self.tokenizer)
+            if all(0 <= t < vocabulary for t in sent) and (
+                self.tokenizer.decode(sent, skip_special_tokens=False) == text
+            ):
+                return list(sent), True
+            if stats is not None:
+                stats.n_peer_ids_refused += 1
+        return encode_completion(self.tokenizer, text), False
 
     def _trains_peer_stop(self, advantage: float) -> bool:
         """Whether a peer's ended completion with this advantage is trained with our EOS."""

@@ -28,6 +28,10 @@ class TrainGroup:
     its `sampler_logprobs` are used only per `train.peer_offpolicy`."""
     finished: list[bool] | None = None
     """For re-tokenized completions: which ended with EOS (the local EOS is appended)."""
+    peer_token_ids: list[list[int] | None] | None = None
+    """For a peer's group: per completion the token ids the peer sampled, without its stop
+    token (None: not carried or not usable); trained in place of the re-tokenized text
+    under `train.peer_tokens = "as_sampled"` where they decode to exactly the text."""
     prompt_ids: list[int] | None = None
     """The rendered prompt's token ids (as sampled); None renders `prompt` here."""
 
@@ -35,7 +39,7 @@ class TrainGroup:
         g = len(self.completions)
         if len(self.rewards) != g:
             raise ValueError("rewards and completions differ in length")
-        for name in ("completion_token_ids", "sampler_logprobs", "finished"):
+        for name in ("completion_token_ids", "sampler_logprobs", "finished", "peer_token_ids"):
             value = getattr(self, name)
             if value is not None and len(value) != g:
                 raise ValueError(f"{name} and completions differ in length")
@@ -78,6 +82,11 @@ class StepStats:
     n_peer_mismatch: int = 0
     """Peer completions whose carried logprobs did not match their local token count
     (they got `foreign_rule`, counted there too)."""
+    n_peer_as_sampled: int = 0
+    """Peer completions trained on the token ids the peer sampled (`peer_tokens`)."""
+    n_peer_ids_refused: int = 0
+    """Peer completions whose carried token ids did not decode to the text trained (or
+    held an id outside our vocabulary): re-tokenized instead."""
     n_peer_ratio_one: int = 0
     """Peer completions trained at weight 1 (`foreign_rule = "ratio_one"`)."""
     n_peer_plausible: int = 0

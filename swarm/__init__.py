@@ -6,4 +6,4 @@ every other package (and every peer on the wire) agrees on.
 """
 
 __version__ = "0.1.0"
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5

@@ -12,6 +12,12 @@ Invariants:
   sender's `model_family`; a group breaking any of that is refused (`bad_payload`).
   They are a claim, never trusted: a receiver caps what they can do (see
   `policy.trainer`).
+- A group's sampled token ids (optional, protocol 5) follow the same shape: one entry
+  per completion, at most `MAX_LOGPROB_TOKENS` ids each (uint32), only with the sender's
+  `model_family`, and as many as that completion's logprobs where both are carried. A
+  receiver of that family checks they decode to the completion's text before using them
+  (`policy.train_rows`); ids are a claim about how the text was written, never about
+  what it says.
 - Field order in `to_wire` is fixed; the encoding is language-neutral (see README).
 - `decode_payload` reads a large chunk laid out as our senders write it without copying
   its data; any other layout takes the general decoder, and both accept and refuse the
@@ -21,19 +27,23 @@ Invariants:
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from swarm.codec import Limits, bin_header, pack, scalars_then_bin, unpack
 from swarm.errors import WireError
+from swarm.token_arrays import (
+    check_logprobs,
+    check_token_ids,
+    pack_logprobs,
+    pack_token_ids,
+    unpack_logprobs,
+    unpack_token_ids,
+)
 
 MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 64 * 1024
 MAX_GROUP_SIZE = 256
-MAX_LOGPROB_TOKENS = 16 * 1024
-"""Most sampler logprobs one completion may carry (a sender with longer completions
-leaves the group's logprobs out)."""
 LARGE_BYTES = 1 << 16
 """From this size on, `payload_parts` leaves a delta's tensors unjoined."""
 
@@ -93,33 +103,6 @@ def _bytes(value: Any, name: str, max_len: int) -> bytes:
     if not isinstance(value, bytes) or len(value) > max_len:
         raise _fail(f"{name} must be bytes of at most {max_len}")
     return value
-
-
-def _logprobs(values: Any) -> tuple[float, ...]:
-    """One completion's sampler logprobs, checked and rounded to float32 (as on the wire)."""
-    if len(values) > MAX_LOGPROB_TOKENS:
-        raise _fail(f"at most {MAX_LOGPROB_TOKENS} logprobs per completion")
-    try:
-        packed = struct.pack(f"<{len(values)}f", *values)
-    except (struct.error, TypeError, OverflowError):
-        raise _fail("logprobs must be float32 numbers") from None
-    rounded = struct.unpack(f"<{len(values)}f", packed)
-    if not all(math.isfinite(v) and v <= 0 for v in rounded):
-        raise _fail("logprobs must be finite and <= 0")
-    return rounded
-
-
-def pack_logprobs(values: tuple[float, ...]) -> bytes:
-    """Little-endian float32, 4 bytes per token (the wire's `logprobs` entry)."""
-    return struct.pack(f"<{len(values)}f", *values)
-
-
-def unpack_logprobs(data: Any) -> tuple[float, ...]:
-    """One `logprobs` entry from the wire, refused unless valid (see `_logprobs`)."""
-    data = _bytes(data, "logprobs entry", 4 * MAX_LOGPROB_TOKENS)
-    if len(data) % 4:
-        raise _fail("a logprobs entry must be 4 bytes per token")
-    return _logprobs(struct.unpack(f"<{len(data) // 4}f", data))
 
 
 def _list(value: Any, name: str, max_len: int) -> list:
@@ -217,6 +200,11 @@ class RolloutGroup:
     logprobs: tuple[tuple[float, ...], ...] = ()
     """Per completion, the sampler's logprob of each token it sampled (the stop token
     included where `finished`), float32 on the wire. Empty: not carried."""
+    token_ids: tuple[tuple[int, ...], ...] = ()
+    """Per completion, the token ids the sampler drew (the stop token included where
+    `finished`), uint32 on the wire: how the text was written, which re-tokenizing the text
+    cannot recover (a model often writes a string with another split than its tokenizer's
+    own). Meaningful only to receivers of `model_family`. Empty: not carried."""
 
     def __post_init__(self) -> None:
         if len(self.completions) != len(self.rewards):
@@ -230,7 +218,18 @@ class RolloutGroup:
                 raise _fail("logprobs must be one entry per completion")
             if not self.model_family:
                 raise _fail("logprobs need the sender's model_family")
-            object.__setattr__(self, "logprobs", tuple(_logprobs(lp) for lp in self.logprobs))
+            object.__setattr__(self, "logprobs", tuple(check_logprobs(lp) for lp in self.logprobs))
+        if self.token_ids:
+            if len(self.token_ids) != len(self.completions):
+                raise _fail("token_ids must be one entry per completion")
+            if not self.model_family:
+                raise _fail("token_ids need the sender's model_family")
+            ids = tuple(check_token_ids(t) for t in self.token_ids)
+            if self.logprobs and any(
+                len(t) != len(lp) for t, lp in zip(ids, self.logprobs, strict=True)
+            ):
+                raise _fail("token_ids and logprobs differ in length")
+            object.__setattr__(self, "token_ids", ids)
 
     def to_wire(self) -> dict:
         wire: dict[str, Any] = {
@@ -246,6 +245,8 @@ class RolloutGroup:
             wire["model_family"] = self.model_family
         if self.logprobs:
             wire["logprobs"] = [pack_logprobs(lp) for lp in self.logprobs]
+        if self.token_ids:
+            wire["token_ids"] = [pack_token_ids(t) for t in self.token_ids]
         return wire
 
     @classmethod
@@ -253,7 +254,7 @@ class RolloutGroup:
         required = (
             "task", "prompt", "completions", "rewards", "model_id", "policy_version", "finished"
         )  # fmt: skip
-        m = _map(obj, (*required, "model_family", "logprobs"), required)
+        m = _map(obj, (*required, "model_family", "logprobs", "token_ids"), required)
         completions = _list(m["completions"], "completions", MAX_GROUP_SIZE)
         rewards = _list(m["rewards"], "rewards", MAX_GROUP_SIZE)
         finished = _list(m["finished"], "finished", MAX_GROUP_SIZE)
@@ -273,6 +274,10 @@ class RolloutGroup:
             logprobs=tuple(
                 unpack_logprobs(lp)
                 for lp in _list(m.get("logprobs", []), "logprobs", len(completions))
+            ),
+            token_ids=tuple(
+                unpack_token_ids(t)
+                for t in _list(m.get("token_ids", []), "token_ids", len(completions))
             ),
         )
 

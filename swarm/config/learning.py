@@ -249,6 +249,15 @@ class TrainConfig(StrictModel):
     line, stripped), which scores exactly as the text sent, so a peer cannot teach what
     the reward ignores (trailing spaces, lines after the answer); `as_sent` trains the text
     as it came. Our own completions are always trained as sampled."""
+    peer_tokens: Literal["retokenized", "as_sampled"] = "retokenized"
+    """How a peer's completion becomes tokens: `retokenized` encodes its text with our
+    tokenizer; `as_sampled` takes the token ids a peer of our model family sampled (wire
+    protocol 5), where they decode to exactly the text trained, as our own samples are
+    (a model often writes a string with another split than its tokenizer's: SmolLM2 wrote
+    17 of 32 sampled string_insertion answers so, and its correct answer was 3 nats less
+    likely under it re-tokenized; docs/real_swarm.md). Anything else (another family, no
+    ids carried, ids that do not decode to the text) is re-tokenized, counted
+    `n_peer_ids_refused` where ids came and did not match."""
     foreign_stop: Literal["positive", "all"] = "positive"
     """Under `ended` and `whole`: after which of a peer's ended completions the local EOS
     is trained: `positive` only where the completion's advantage is positive (a wrong

@@ -169,6 +169,7 @@ def test_js_peer_and_node_verify_and_use_each_other(js_peer_ready: Path, tmp_pat
     assert checks.get("digit_prompt_ok", 0) == verified["groups"] > 0, final  # regenerated
     assert checks.get("rewards_agree", 0) == verified["groups"], final  # re-scored equal
     assert checks.get("logprobs_carried", 0) == verified["groups"], final  # protocol 4
+    assert checks.get("token_ids_carried", 0) == verified["groups"], final  # protocol 5
     assert checks.get("hello_policy_version_matches_envelope") == verified["hello"], final
 
     # (b) The node trained on the js peer's groups, and its peer table shows the js peer.

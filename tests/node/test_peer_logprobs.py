@@ -12,7 +12,8 @@ from node.learner import ExternalGroup, LocalGroup
 from node.policy_learner import PolicyLearner
 from policy.trainer import TrainGroup
 from swarm.config import parse_config
-from swarm.messages import MAX_LOGPROB_TOKENS, RolloutGroup, TaskRef
+from swarm.messages import RolloutGroup, TaskRef
+from swarm.token_arrays import MAX_LOGPROB_TOKENS
 
 
 def _local(logprobs: tuple[tuple[float, ...], ...]) -> LocalGroup:
@@ -86,3 +87,40 @@ def test_a_same_family_peers_logprobs_reach_the_trainer(
     counts = (stats["n_peer_tis"], stats["n_peer_mismatch"], stats["n_peer_ratio_one"])
     assert counts == (trained, 0, trained)
     assert stats["n_peer_partial"] == 2 * (2 - trained)
+
+
+def test_own_groups_carry_their_token_ids_within_the_family() -> None:
+    local = LocalGroup(
+        TaskRef("add", 1, 2), "1+1=", ("2", "3"), (1.0, 0.0), token_ids=((7, 2), (8,)),
+        sampler_logprobs=((-0.5, -0.25), (-1.0,)), finished=(True, False),
+    )  # fmt: skip
+    wire = local.to_wire("tiny", 3, "fam")
+    assert wire.token_ids == ((7, 2), (8,))
+    back = ExternalGroup.of("peer", RolloutGroup.from_wire(wire.to_wire()), (0.0, 1.0))
+    assert back.token_ids == ((7, 2), (8,))
+    assert local.to_wire("tiny", 3).token_ids == ()  # no family: no ids
+
+
+def test_a_same_family_peers_ids_reach_the_trainer_without_their_stop_token(
+    tmp_path: Path,
+) -> None:
+    learner, seen = _learner(tmp_path, {"peer_tokens": "as_sampled"})
+    tok = learner.tokenizer
+    stop = next(iter(learner.stop_ids))
+    three, forty_five = tok("3")["input_ids"], tok("45")["input_ids"]
+    ids = ((*three, stop), tuple(forty_five))  # "3" ended; "45" did not
+    lps = ((-0.5,) * len(ids[0]), (-1.0,) * len(ids[1]))
+    ours = ExternalGroup("a", "3=", ("3", "45"), (1.0, 0.0), (True, False), "digit",
+                         learner.model_family, lps, ids)  # fmt: skip
+    theirs = ExternalGroup("b", "3=", ("3", "45"), (1.0, 0.0), (True, False), "digit",
+                           "another-family", lps, ids)  # fmt: skip
+    # A text our canonical form changes ("3 " -> "3") takes no ids: they wrote "3 ".
+    spaced = ExternalGroup("c", "3=", ("3 ", "45"), (1.0, 0.0), (True, False), "digit",
+                           learner.model_family, (), ids)  # fmt: skip
+    stats = learner.train([], [ours, theirs, spaced]).stats
+    same, other, changed = seen
+    assert same.peer_token_ids == [list(three), list(forty_five)]
+    assert other.peer_token_ids is None
+    assert changed.peer_token_ids == [None, list(forty_five)]
+    # "3" trained as sampled (and weighted by its logprobs); "45" never ended: left out.
+    assert stats["n_peer_as_sampled"] == 1 and stats["n_peer_tis"] == 1

@@ -98,3 +98,43 @@ def test_batch_scale_shares_one_std_across_the_step_s_groups() -> None:
     assert per_group[0].advantage == pytest.approx(0.75 / (0.5 + 1e-4), rel=1e-5)
     assert per_batch[0].advantage == pytest.approx(0.75 / (spread + 1e-4), rel=1e-5)
     assert per_batch[4].advantage == pytest.approx(0.5 / (spread + 1e-4), rel=1e-5)
+
+
+def _peer_group(sent: list[list[int] | None], texts: tuple[str, str] = ("73", "3")) -> TrainGroup:
+    return TrainGroup("3+4=", list(texts), [1.0, 0.0], local=False, finished=[True, True],
+                      sampler_logprobs=[[-0.5] * 3, [-0.5] * 2], peer_token_ids=sent)  # fmt: skip
+
+
+def test_a_peer_s_sampled_ids_are_trained_where_they_decode_to_the_text() -> None:
+    builder = _builder(group_size=2, peer_tokens="as_sampled", peer_offpolicy="tis")
+    tok, eos = builder.tokenizer, builder.eos_id
+    sent = [tok("73")["input_ids"], tok("3")["input_ids"]]
+    rows = builder.rows(_peer_group(sent), stats := StepStats())
+    # As sampled, with our EOS after the ended completion of positive advantage; the ids
+    # line up with the peer's logprobs (stop token included), so they weigh the tokens.
+    assert rows[0].ids[rows[0].start :] == [*sent[0], eos]
+    assert stats.n_peer_as_sampled == 2 and stats.n_peer_ids_refused == 0
+    assert stats.n_peer_tis == 2 and stats.n_peer_mismatch == 0
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        [[5, 6], None],  # ids of another text than "73"
+        [[10**6, 3], None],  # an id outside our vocabulary
+    ],
+)
+def test_sent_ids_that_are_not_the_text_are_refused_and_the_text_re_tokenized(sent: list) -> None:
+    builder = _builder(group_size=2, peer_tokens="as_sampled")
+    tok, eos = builder.tokenizer, builder.eos_id
+    rows = builder.rows(_peer_group(sent), stats := StepStats())
+    assert rows[0].ids[rows[0].start :] == [*tok("73")["input_ids"], eos]
+    assert stats.n_peer_ids_refused == 1 and stats.n_peer_as_sampled == 0
+
+
+def test_retokenized_ignores_sent_ids() -> None:
+    builder = _builder(group_size=2)  # peer_tokens = "retokenized", the default
+    tok = builder.tokenizer
+    rows = builder.rows(_peer_group([[5, 6], [7]]), stats := StepStats())
+    assert rows[0].ids[rows[0].start :] == [*tok("73")["input_ids"], builder.eos_id]
+    assert stats.n_peer_ids_refused == 0 and stats.n_peer_as_sampled == 0

@@ -12,7 +12,6 @@ from swarm import PROTOCOL_VERSION
 from swarm.codec import Limits, pack
 from swarm.errors import WireError
 from swarm.messages import (
-    MAX_LOGPROB_TOKENS,
     RolloutBatch,
     RolloutGroup,
     decode_payload,
@@ -20,6 +19,7 @@ from swarm.messages import (
     pack_logprobs,
     unpack_logprobs,
 )
+from swarm.token_arrays import MAX_LOGPROB_TOKENS
 from tests.swarm.test_messages import group as plain_group
 
 LIMITS = Limits()
@@ -36,8 +36,8 @@ def group(**overrides: object) -> RolloutGroup:
     return plain_group(**fields)
 
 
-def test_protocol_is_4() -> None:
-    assert PROTOCOL_VERSION == 4
+def test_protocol_is_5() -> None:
+    assert PROTOCOL_VERSION == 5  # 4 added logprobs, 5 token ids (test_messages_token_ids)
 
 
 def test_roundtrip_with_logprobs() -> None:

@@ -42,7 +42,7 @@ def _payloads() -> list[tuple[str, str, int, int, object]]:
     an envelope too large for the transport."""
     group = RolloutGroup(
         TaskRef("add", 7, 3), "2+5=", ("<answer>7</answer>", "8"), (1.5, 0.0), "builtin:tiny", 4,
-        (True, False), "f433a6096222", ((-0.25, -1.5, -0.125), (-2.0,)),
+        (True, False), "f433a6096222", ((-0.25, -1.5, -0.125), (-2.0,)), ((27, 22, 2), (23,)),
     )  # fmt: skip
     hello = Hello(
         "builtin:tiny", "f433a6096222", 4, ("rollouts",), (("rounds", 9.0), ("reward", 0.25))

@@ -20,7 +20,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { createLibp2p } from 'libp2p'
 import { digitTask, scoreDigit } from './tasks.mjs'
 import {
-  Identity, Refused, checkLogprobs, decodePayload, encodePayload, openEnvelope, seal, wireInt
+  Identity, Refused, checkLogprobs, checkTokenIds, decodePayload, encodePayload, openEnvelope, seal, wireInt
 } from './wire.mjs'
 
 const { values: opts } = parseArgs({
@@ -80,6 +80,11 @@ function checkNodeGroups (payload) {
     const lps = (group.logprobs ?? []).map(checkLogprobs)
     const carried = lps.length === group.completions.length && lps.every((lp) => lp.length > 0)
     bump(stats.checks, carried ? 'logprobs_carried' : 'logprobs_missing')
+    // Sampled token ids (protocol 5): one entry per completion, as many as its logprobs.
+    const ids = (group.token_ids ?? []).map(checkTokenIds)
+    const idsCarried = ids.length === group.completions.length &&
+      ids.every((t, i) => t.length > 0 && t.length === (lps[i] ?? []).length)
+    bump(stats.checks, idsCarried ? 'token_ids_carried' : 'token_ids_missing')
   }
 }
 

@@ -5,7 +5,7 @@
 import { createHash, createPrivateKey, createPublicKey, sign, verify } from 'node:crypto'
 import { decode, encode } from '@msgpack/msgpack'
 
-export const VERSION = 4
+export const VERSION = 5
 export const KINDS = ['hello', 'rollouts', 'delta', 'chunk']
 const DOMAIN = Buffer.from('swarm/envelope/v3\0', 'latin1')
 const MAX_WIRE_INT = 2n ** 53n - 1n
@@ -197,10 +197,20 @@ export function checkLogprobs (bytes) {
   return values
 }
 
+// One completion's sampled token ids (protocol 5): little-endian uint32.
+export function checkTokenIds (bytes) {
+  need(bytes instanceof Uint8Array && bytes.length % 4 === 0 &&
+    bytes.length <= 4 * MAX_LOGPROB_TOKENS, 'token_ids entry')
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  const values = []
+  for (let i = 0; i < bytes.length; i += 4) values.push(view.getUint32(i, true))
+  return values
+}
+
 export function checkGroup (obj) {
   const required = ['task', 'prompt', 'completions', 'rewards', 'model_id',
     'policy_version', 'finished']
-  const m = exactMap(obj, [...required, 'model_family', 'logprobs'], required)
+  const m = exactMap(obj, [...required, 'model_family', 'logprobs', 'token_ids'], required)
   const task = exactMap(m.task, ['source', 'seed', 'index'])
   need(isStr(task.source) && isNat(task.seed) && isNat(task.index), 'task')
   need(isStr(m.prompt) && isStr(m.model_id) && isNat(m.policy_version), 'prompt/model')
@@ -216,6 +226,18 @@ export function checkGroup (obj) {
       need(m.logprobs.length === n && isStr(m.model_family) && m.model_family !== '',
         'logprobs: one per completion, with model_family')
       m.logprobs.forEach(checkLogprobs)
+    }
+  }
+  if (m.token_ids !== undefined) {
+    need(Array.isArray(m.token_ids) && m.token_ids.length <= n, 'token_ids')
+    if (m.token_ids.length > 0) {
+      need(m.token_ids.length === n && isStr(m.model_family) && m.model_family !== '',
+        'token_ids: one per completion, with model_family')
+      const ids = m.token_ids.map(checkTokenIds)
+      if (m.logprobs !== undefined && m.logprobs.length > 0) {
+        need(ids.every((t, i) => 4 * t.length === m.logprobs[i].length),
+          'token_ids: as many as logprobs')
+      }
     }
   }
   return m

@@ -1,11 +1,11 @@
 """The rollout pool: external groups waiting to be trained on.
 
 Invariants:
-- Bounded: at most `max_groups` entries and `max_bytes` of text, logprobs and token ids (4 bytes a
-  token); when full, an entry of the sender holding the most entries goes (the stalest
-  of theirs; ties: the newest arrival), so a flooding sender pushes out its own groups
-  before anyone else's, and a crowd of fresh (sybil) keys cannot push out the groups
-  already held.
+- Bounded: at most `max_groups` entries and `max_bytes` of text, logprobs and token ids
+  (4 bytes a token each); when full, an entry of the sender holding the most entries
+  goes (the stalest of theirs; ties: the newest arrival), so a flooding sender pushes
+  out its own groups before anyone else's, and a crowd of fresh (sybil) keys cannot
+  push out the groups already held.
 - Only groups that were re-scored locally enter (the caller re-scores; advisory rewards
   from peers are never stored as training rewards), and zero-variance groups never enter.
 - Staleness is `swarm.staleness.StalenessRule`: an entry is usable for `max_staleness`

@@ -71,3 +71,29 @@ def test_overlapped_tiny_nodes_sample_from_two_rounds_back_and_take_the_longer_p
     # 4 rounds of sampling 4 s + training 2.5 s: 26 s in turn, 16 s overlapped.
     assert durations[False] >= 26.0 - 1e-6
     assert durations[True] <= 16.5
+
+
+def test_peers_sampled_ids_cross_the_wire_and_are_trained_as_sampled(tmp_path: Path) -> None:
+    """`train.peer_tokens = "as_sampled"`: every peer completion trained in a run of real
+    tiny-model nodes came with its sampled ids (protocol 5), decoded to its text and was
+    trained on them; the default re-tokenizes (the tiny model's character tokenizer has
+    one split per text, so both train the same tokens here)."""
+    trained = {}
+    for mode in ("as_sampled", "retokenized"):
+        run = scenario(
+            rounds=4,
+            defaults={
+                "sapo": {"local_groups": 2, "external_groups": 2},
+                "sampler": {"group_size": 4, "max_new_tokens": 3},
+                "train": {"peer_tokens": mode, "foreign_trajectory": "whole"},
+            },
+            # One base for both (one model family): ids travel only within a family.
+            nodes=[{"name": "t", "count": 2, "model": "builtin:tiny", "init": "shared"}],
+        )
+        Simulation(run, None, 0, tmp_path / mode).run()
+        lines = [r["train"] for n in ("t-0", "t-1") for r in records(tmp_path / mode, n)]
+        peers = sum(t["n_peer_ratio_one"] for t in lines)
+        trained[mode] = (peers, sum(t["n_peer_as_sampled"] for t in lines))
+        assert sum(t["n_peer_ids_refused"] for t in lines) == 0
+    assert trained["as_sampled"][0] > 0 and trained["as_sampled"][1] == trained["as_sampled"][0]
+    assert trained["retokenized"][1] == 0

@@ -32,12 +32,18 @@ class LocalGroup:
     def to_wire(self, model_id: str, policy_version: int, model_family: str = "") -> RolloutGroup:
         """The group for the wire; with `model_family`, its sampler logprobs and token ids
         too (each left out if any completion has more than the wire's
-        `MAX_LOGPROB_TOKENS`)."""
+        `MAX_LOGPROB_TOKENS`; the ids also where they do not line up with the logprobs,
+        which the wire refuses)."""
         lps = self.sampler_logprobs or ()
         if not model_family or any(len(lp) > MAX_LOGPROB_TOKENS for lp in lps):
             lps = ()
         ids = self.token_ids or ()
-        if not model_family or any(len(t) > MAX_LOGPROB_TOKENS for t in ids):
+        if (
+            not model_family
+            or len(ids) != len(self.completions)
+            or any(len(t) > MAX_LOGPROB_TOKENS for t in ids)
+            or (lps and any(len(t) != len(lp) for t, lp in zip(ids, lps, strict=True)))
+        ):
             ids = ()
         return RolloutGroup(
             task=self.ref,

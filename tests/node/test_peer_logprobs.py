@@ -99,6 +99,13 @@ def test_own_groups_carry_their_token_ids_within_the_family() -> None:
     back = ExternalGroup.of("peer", RolloutGroup.from_wire(wire.to_wire()), (0.0, 1.0))
     assert back.token_ids == ((7, 2), (8,))
     assert local.to_wire("tiny", 3).token_ids == ()  # no family: no ids
+    # Ids that do not line up with the logprobs stay home (the wire would refuse them).
+    odd = LocalGroup(
+        TaskRef("add", 1, 2), "1+1=", ("2", "3"), (1.0, 0.0), token_ids=((7,), (8,)),
+        sampler_logprobs=((-0.5, -0.25), (-1.0,)), finished=(True, False),
+    )  # fmt: skip
+    assert odd.to_wire("tiny", 3, "fam").token_ids == ()
+    assert odd.to_wire("tiny", 3, "fam").logprobs == ((-0.5, -0.25), (-1.0,))
 
 
 def test_a_same_family_peers_ids_reach_the_trainer_without_their_stop_token(

@@ -7,32 +7,17 @@ import struct
 
 import pytest
 
-from swarm.codec import Limits, pack
+from swarm.codec import pack
 from swarm.errors import WireError
-from swarm.messages import (
-    RolloutBatch,
-    RolloutGroup,
-    decode_payload,
-    encode_payload,
-    pack_token_ids,
-    unpack_token_ids,
-)
-from swarm.token_arrays import MAX_LOGPROB_TOKENS
-from tests.swarm.test_messages import group as plain_group
-
-LIMITS = Limits()
+from swarm.messages import RolloutBatch, RolloutGroup, decode_payload, encode_payload
+from swarm.token_arrays import MAX_LOGPROB_TOKENS, pack_token_ids, unpack_token_ids
+from tests.swarm.test_messages_logprobs import LIMITS
+from tests.swarm.test_messages_logprobs import group as logprob_group
 
 
 def group(**overrides: object) -> RolloutGroup:
-    """`test_messages.group` with logprobs and token ids."""
-    fields: dict = {
-        "finished": (True, False),
-        "model_family": "fam",
-        "logprobs": ((-0.5, -0.25), (-3.0,)),
-        "token_ids": ((17, 2), (49151,)),
-    }
-    fields.update(overrides)
-    return plain_group(**fields)
+    """`test_messages_logprobs.group` (logprobs of 2 and 1 tokens) with token ids."""
+    return logprob_group(**{"token_ids": ((17, 2), (49151,)), **overrides})
 
 
 def test_roundtrip_with_token_ids() -> None:

@@ -186,25 +186,26 @@ export function checkHello (obj) {
 
 const MAX_LOGPROB_TOKENS = 16 * 1024
 
-// One completion's sampler logprobs: little-endian float32, each finite and <= 0.
-export function checkLogprobs (bytes) {
+// One completion's per-token array: 4 little-endian bytes a token, read by `read`.
+function perToken (bytes, name, read) {
   need(bytes instanceof Uint8Array && bytes.length % 4 === 0 &&
-    bytes.length <= 4 * MAX_LOGPROB_TOKENS, 'logprobs entry')
+    bytes.length <= 4 * MAX_LOGPROB_TOKENS, `${name} entry`)
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
   const values = []
-  for (let i = 0; i < bytes.length; i += 4) values.push(view.getFloat32(i, true))
+  for (let i = 0; i < bytes.length; i += 4) values.push(read(view, i))
+  return values
+}
+
+// One completion's sampler logprobs: little-endian float32, each finite and <= 0.
+export function checkLogprobs (bytes) {
+  const values = perToken(bytes, 'logprobs', (view, i) => view.getFloat32(i, true))
   need(values.every((v) => Number.isFinite(v) && v <= 0), 'logprobs values')
   return values
 }
 
 // One completion's sampled token ids (protocol 5): little-endian uint32.
 export function checkTokenIds (bytes) {
-  need(bytes instanceof Uint8Array && bytes.length % 4 === 0 &&
-    bytes.length <= 4 * MAX_LOGPROB_TOKENS, 'token_ids entry')
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
-  const values = []
-  for (let i = 0; i < bytes.length; i += 4) values.push(view.getUint32(i, true))
-  return values
+  return perToken(bytes, 'token_ids', (view, i) => view.getUint32(i, true))
 }
 
 export function checkGroup (obj) {

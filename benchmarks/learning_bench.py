@@ -45,15 +45,8 @@ from policy.trainer import Trainer, TrainGroup
 from rewards.mixture import TaskStream
 from rewards.registry import score_group
 from rewards.tasks import make_task, solved_examples
-from swarm.config.learning import (
-    ModelConfig,
-    PromptConfig,
-    RewardsConfig,
-    SamplerConfig,
-    TasksConfig,
-    TaskSpec,
-    TrainConfig,
-)
+from swarm.config.learning import ModelConfig, PromptConfig, SamplerConfig, TrainConfig
+from swarm.config.tasks import RewardsConfig, TasksConfig, TaskSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"

@@ -37,14 +37,8 @@ from policy.warmstart import supervised_warmup
 from rewards.mixture import TaskStream
 from rewards.registry import correctness, score_group
 from rewards.tasks import make_task
-from swarm.config.learning import (
-    ModelConfig,
-    RewardsConfig,
-    SamplerConfig,
-    TasksConfig,
-    TaskSpec,
-    TrainConfig,
-)
+from swarm.config.learning import ModelConfig, SamplerConfig, TrainConfig
+from swarm.config.tasks import RewardsConfig, TasksConfig, TaskSpec
 
 
 @dataclass

@@ -93,10 +93,9 @@ def worker(
         ModelConfig,
         PromptConfig,
         SamplerConfig,
-        TasksConfig,
-        TaskSpec,
         TrainConfig,
     )
+    from swarm.config.tasks import TasksConfig, TaskSpec
 
     torch.set_num_threads(threads)
     spec = ROWS[row]

@@ -43,7 +43,7 @@ from typing import Any
 from node.learner import EvalResult, Learner
 from rewards.mixture import TaskStream
 from swarm.config import NodeConfig
-from swarm.config.learning import TaskSpec
+from swarm.config.tasks import TaskSpec
 from swarm.messages import TaskRef
 
 MIXTURE = "mixture"

@@ -27,7 +27,7 @@ import random
 from itertools import accumulate
 
 from rewards.tasks import RG_PREFIX, get_source
-from swarm.config.learning import TasksConfig, TaskSpec
+from swarm.config.tasks import TasksConfig, TaskSpec
 from swarm.messages import TaskRef
 
 

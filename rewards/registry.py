@@ -55,7 +55,7 @@ from typing import Literal
 
 from rewards.sandbox import JobTimeout, Sandbox
 from rewards.tasks import Task, TaskSource, answer_matches_format, get_source, make_task
-from swarm.config.learning import RewardsConfig
+from swarm.config.tasks import RewardsConfig
 from swarm.messages import TaskRef
 
 log = logging.getLogger(__name__)

@@ -5,9 +5,9 @@ Invariants:
 - `load_config` turns every failure (missing file, bad TOML, bad field) into one
   `ConfigError` naming the file, the field path and what is allowed.
 - Each package receives only its own section (`config.transport`, `config.train`, ...).
-- The field defaults are the one set of defaults (`swarm.config.learning`); the seeds'
-  default is per node: derived from the node's key by `with_node_seeds`, which the node
-  calls before anything reads a seed.
+- The field defaults are the one set of defaults (`swarm.config.learning`,
+  `swarm.config.tasks`); the seeds' default is per node: derived from the node's key by
+  `with_node_seeds`, which the node calls before anything reads a seed.
 """
 
 from __future__ import annotations
@@ -21,16 +21,7 @@ from pydantic import ValidationError, model_validator
 
 from swarm.config.base import StrictModel
 from swarm.config.deltas import DeltasConfig
-from swarm.config.learning import (
-    EvalConfig,
-    ModelConfig,
-    PromptConfig,
-    RewardsConfig,
-    SamplerConfig,
-    TasksConfig,
-    TaskSpec,
-    TrainConfig,
-)
+from swarm.config.learning import ModelConfig, PromptConfig, SamplerConfig, TrainConfig
 from swarm.config.models import BUILTIN_PREFIX
 from swarm.config.network import (
     GossipConfig,
@@ -40,6 +31,7 @@ from swarm.config.network import (
     TransportConfig,
 )
 from swarm.config.node import LoggingConfig, NodeSection, SapoConfig
+from swarm.config.tasks import EvalConfig, RewardsConfig, TasksConfig, TaskSpec
 from swarm.errors import ConfigError
 
 __all__ = [

@@ -24,7 +24,8 @@ from policy.warmstart import supervised_warmup
 from rewards.mixture import TaskStream
 from rewards.registry import score_group
 from rewards.tasks import make_task
-from swarm.config.learning import RewardsConfig, SamplerConfig, TasksConfig, TaskSpec, TrainConfig
+from swarm.config.learning import SamplerConfig, TrainConfig
+from swarm.config.tasks import RewardsConfig, TasksConfig, TaskSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rewards.registry import canonical_completion, score
 from rewards.tasks import make_task
-from swarm.config.learning import RewardsConfig
+from swarm.config.tasks import RewardsConfig
 from swarm.messages import TaskRef
 
 SOURCES = ("add", "copy", "reverse", "compare", "digit")

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from rewards.mixture import TaskStream
-from swarm.config.learning import TasksConfig, TaskSpec
+from swarm.config.tasks import TasksConfig, TaskSpec
 
 
 def _config(seed: int = 0) -> TasksConfig:

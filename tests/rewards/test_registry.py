@@ -22,7 +22,7 @@ from rewards.registry import (
     set_time_limit_mode,
 )
 from rewards.tasks import Task, make_task
-from swarm.config.learning import RewardsConfig
+from swarm.config.tasks import RewardsConfig
 from swarm.messages import TaskRef
 from tests.rewards import slow_source
 

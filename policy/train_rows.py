@@ -96,6 +96,8 @@ class RowBuilder:
         self.tokenizer = tokenizer
         self.eos_id = eos_id
         self.max_new_tokens = max_new_tokens
+        self.vocabulary = len(tokenizer)
+        """Ids a peer's sampled tokens may take (`peer_tokens = "as_sampled"`)."""
 
     def rows_of(self, groups: list[TrainGroup], stats: StepStats) -> list[Row]:
         """The step's rows, each with its group's index (points 1-4)."""
@@ -189,8 +191,7 @@ class RowBuilder:
         `text` re-tokenized (ids that came and did not match: `n_peer_ids_refused`)."""
         sent = group.peer_token_ids[i] if group.peer_token_ids else None
         if self.config.peer_tokens == "as_sampled" and sent is not None:
-            vocabulary = len(self.tokenizer)
-            if all(0 <= t < vocabulary for t in sent) and (
+            if all(0 <= t < self.vocabulary for t in sent) and (
                 self.tokenizer.decode(sent, skip_special_tokens=False) == text
             ):
                 return list(sent), True

@@ -55,11 +55,13 @@ js-peer-deps: $(STAMP)
 
 # Two pytest-xdist workers: alone, the suite keeps 1.1 of 2 cores busy (much of it waits on
 # node processes, brokers and sockets). TEST_WORKERS=0 runs it in this one process.
+# The 15 slowest tests are listed at the end: CI (both suites and the installs) must stay
+# well under 20 minutes on 2 cores.
 TEST_WORKERS ?= 2
 
 test: system-deps $(STAMP) js-peer-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -170,7 +170,7 @@ def test_a_sum_divided_by_the_normalizer_is_the_normalized_loss(loss_type: str) 
     normalized = loss_fn(logprobs, old, adv, mask, **counts).loss
     unit = loss_fn(logprobs, old, adv, mask, num_sequences=1, num_tokens=1, max_completion_length=1)
     divisor = loss_normalizer(loss_type, **counts)
-    assert float(unit.loss) / divisor == pytest.approx(float(normalized), rel=1e-6)
+    assert unit.loss.item() / divisor == pytest.approx(normalized.item(), rel=1e-6)
     with pytest.raises(ValueError):
         loss_normalizer("ppo", **counts)
 

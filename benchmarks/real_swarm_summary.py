@@ -151,8 +151,8 @@ def main() -> None:
             for r in records:
                 train = r.get("train") or {}
                 for key in ("n_peer_ratio_one", "n_peer_plausible", "n_peer_implausible",
-                            "n_peer_tis", "n_peer_mismatch", "n_truncated",
-                            "n_peer_as_sampled", "n_peer_ids_refused"):  # fmt: skip
+                            "n_peer_tis", "n_peer_mismatch", "n_truncated", "n_peer_as_sampled",
+                            "n_peer_ids_refused", "n_peer_negative"):  # fmt: skip
                     treated[key.removeprefix("n_")] += train.get(key, 0)
         print(
             f"| {variant} | {interval(diffs) if variant != args.silo else '0'} | "

@@ -20,7 +20,9 @@ Invariants:
    (`foreign_stop`); anything else is left out of the
    loss (`n_peer_partial`). So a peer with a larger budget cannot make one sample weigh
    more than a local one, nor teach a text that never ended with the reward of a text.
-   Completions longer than `max_completion_tokens` are left out (`n_too_long`).
+   Completions longer than `max_completion_tokens` are left out (`n_too_long`); under
+   `peer_advantages = "positive"` so is every peer completion whose advantage is not
+   positive (`n_peer_negative`; it still counts in its group's advantages).
    Group size: a group of G' completions is weighted `min(1, G / G')` per sequence (G the
    local group size), folded into its advantages (the policy-gradient term scales
    exactly: the clipped objective is positively homogeneous in the advantage; the KL
@@ -144,6 +146,10 @@ class RowBuilder:
         for i, text in enumerate(group.completions):
             if not keep[i]:
                 continue
+            if not group.local and self._drops_peer_advantage(float(adv[i])):
+                if stats is not None:
+                    stats.n_peer_negative += 1
+                continue
             sampler_lp, ended_without_eos = None, False
             if use_ids:
                 ids = list(group.completion_token_ids[i])  # type: ignore[index]
@@ -198,6 +204,11 @@ class RowBuilder:
             if stats is not None:
                 stats.n_peer_ids_refused += 1
         return encode_completion(self.tokenizer, text), False
+
+    def _drops_peer_advantage(self, advantage: float) -> bool:
+        """Whether a peer's completion with this advantage is left out of the loss
+        (`peer_advantages = "positive"`: every one not above its group's mean)."""
+        return self.config.peer_advantages == "positive" and advantage <= 0
 
     def _trains_peer_stop(self, advantage: float) -> bool:
         """Whether a peer's ended completion with this advantage is trained with our EOS."""

@@ -87,6 +87,9 @@ class StepStats:
     n_peer_ids_refused: int = 0
     """Peer completions whose carried token ids did not decode to the text trained (or
     held an id outside our vocabulary): re-tokenized instead."""
+    n_peer_negative: int = 0
+    """Peer completions with an advantage <= 0 left out of the loss
+    (`peer_advantages = "positive"`)."""
     n_peer_ratio_one: int = 0
     """Peer completions trained at weight 1 (`foreign_rule = "ratio_one"`)."""
     n_peer_plausible: int = 0

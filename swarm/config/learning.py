@@ -260,6 +260,15 @@ class TrainConfig(StrictModel):
     docs/real_swarm.md). Anything else (another family, no ids carried, ids that do not
     decode to the text) is re-tokenized, counted `n_peer_ids_refused` where ids came and
     did not match."""
+    peer_advantages: Literal["all", "positive"] = "all"
+    """Which of a peer group's completions are trained: `all`, as our own groups' (GRPO);
+    `positive` only those with a positive advantage, better than their group's mean (the
+    others still count in the group's mean and spread, and are left out of the loss,
+    `n_peer_negative`). A peer's wrong answers are texts this node may never write: a
+    negative gradient on an unlikely sequence moves its probability mass to the node's
+    likeliest tokens (the "squeezing effect", Ren and Sutherland, ICLR 2025), and
+    off-policy guidance (LUFFY, 2025) trains others' traces only where they did well.
+    Measured in docs/real_swarm.md ("Peers' answers, better ones only")."""
     foreign_stop: Literal["positive", "all"] = "positive"
     """Under `ended` and `whole`: after which of a peer's ended completions the local EOS
     is trained: `positive` only where the completion's advantage is positive (a wrong

@@ -138,3 +138,25 @@ def test_retokenized_ignores_sent_ids() -> None:
     rows = builder.rows(_peer_group([[5, 6], [7]]), stats := StepStats())
     assert rows[0].ids[rows[0].start :] == [*tok("73")["input_ids"], builder.eos_id]
     assert stats.n_peer_ids_refused == 0 and stats.n_peer_as_sampled == 0
+
+
+def test_positive_peer_advantages_leave_out_the_peers_answers_below_their_group_mean() -> None:
+    texts, rewards = ["7", "77", "3", "33"], [1.0, 0.5, 0.0, 0.0]  # mean 0.375
+    everything = _builder(group_size=4)
+    positive = _builder(group_size=4, peer_advantages="positive")
+    tok = everything.tokenizer
+
+    def peer() -> TrainGroup:
+        return TrainGroup("3+4=", texts, rewards, local=False, finished=[True] * 4)
+
+    all_rows = everything.rows(peer(), StepStats())
+    kept = positive.rows(peer(), stats := StepStats())
+    assert [r.advantage for r in all_rows][2:] == [pytest.approx(all_rows[2].advantage)] * 2
+    assert all_rows[2].advantage < 0
+    # The two answers above the mean, with the advantages the whole group gives them.
+    assert [(r.ids, r.advantage) for r in kept] == [(r.ids, r.advantage) for r in all_rows[:2]]
+    assert stats.n_peer_negative == 2
+    # Our own group keeps its wrong answers: the rule is for peers' groups only.
+    ids = [tok(t)["input_ids"] for t in texts]
+    own = positive.rows(TrainGroup("3+4=", texts, rewards, ids), own_stats := StepStats())
+    assert len(own) == 4 and own_stats.n_peer_negative == 0

@@ -97,3 +97,30 @@ def test_peers_sampled_ids_cross_the_wire_and_are_trained_as_sampled(tmp_path: P
         assert sum(t["n_peer_ids_refused"] for t in lines) == 0
     assert trained["as_sampled"][0] > 0 and trained["as_sampled"][1] == trained["as_sampled"][0]
     assert trained["retokenized"][1] == 0
+
+
+def test_only_peers_completions_above_their_group_mean_are_trained_when_asked(
+    tmp_path: Path,
+) -> None:
+    """`train.peer_advantages = "positive"` in a run of real tiny-model nodes: peers'
+    completions reach the trainer, those above their group's mean are trained and the
+    others are counted out; the default trains both kinds."""
+    counts = {}
+    for advantages in ("positive", "all"):
+        run = scenario(
+            rounds=4,
+            defaults={
+                "sapo": {"local_groups": 2, "external_groups": 2},
+                "sampler": {"group_size": 4, "max_new_tokens": 3},
+                "train": {"peer_advantages": advantages, "foreign_trajectory": "text"},
+            },
+            nodes=[{"name": "t", "count": 2, "model": "builtin:tiny"}],
+        )
+        Simulation(run, None, 0, tmp_path / advantages).run()
+        lines = [r["train"] for n in ("t-0", "t-1") for r in records(tmp_path / advantages, n)]
+        counts[advantages] = (
+            sum(t["n_peer_ratio_one"] for t in lines),
+            sum(t["n_peer_negative"] for t in lines),
+        )
+    assert counts["positive"][0] > 0 and counts["positive"][1] > 0
+    assert counts["all"][0] > counts["positive"][0] and counts["all"][1] == 0

@@ -57,6 +57,16 @@ def evals(records: list[dict[str, Any]], source: str | None = None) -> list[tupl
     ]
 
 
+FALL_POINTS = 5.0
+"""A node "fell" when its last held-out score is this many points under the one before."""
+
+
+def fell_at_last(series: list[tuple[int, float]]) -> bool:
+    """Whether the last evaluation scored more than `FALL_POINTS` under the one before it
+    (the late fall of docs/real_swarm.md, "Where the swarm loses on one task")."""
+    return len(series) >= 2 and 100 * (series[-2][1] - series[-1][1]) > FALL_POINTS
+
+
 def mean_by_round(series: list[list[tuple[int, float]]]) -> dict[int, float]:
     """Rounds trained -> the mean accuracy of the series that evaluated then."""
     by_round: dict[int, list[float]] = defaultdict(list)
@@ -91,12 +101,17 @@ def main() -> None:
         raise SystemExit(f"no {args.silo!r} variant under {args.run}")
     print(f"held-out score: {decoding(arms, args.samples)}\n")
 
-    print("| arm | nodes | " + " | ".join(f"held-out after {r}" for r, _ in _rounds(arms)) + " |")
-    print("|---|---|" + "---|" * len(_rounds(arms)))
+    print(
+        "| arm | nodes | "
+        + " | ".join(f"held-out after {r}" for r, _ in _rounds(arms))
+        + f" | fell > {FALL_POINTS:g} points at the last evaluation |"
+    )
+    print("|---|---|" + "---|" * (len(_rounds(arms)) + 1))
     for variant, runs in arms.items():
         means = mean_by_round([evals(records) for records in runs.values()])
         cells = [f"{means[r]:.3f}" if r in means else "-" for r, _ in _rounds(arms)]
-        print(f"| {variant} | {len(runs)} | " + " | ".join(cells) + " |")
+        fell = sum(fell_at_last(evals(records)) for records in runs.values())
+        print(f"| {variant} | {len(runs)} | " + " | ".join(cells) + f" | {fell} |")
 
     print(
         "\n| arm | node | held-out first | last | last - silo (points) | a constant scores "

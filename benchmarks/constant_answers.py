@@ -35,8 +35,8 @@ from node.evaluation import held_out_sets, modal_share
 from node.metrics_segments import iter_metrics
 from rewards.registry import best_constant
 from rewards.tasks import make_task
-from simnet.engine import node_config
 from simnet.scenario import load_scenario
+from simnet.sim_nodes import node_config
 
 
 def last_accuracy(metrics: Path, name: str) -> float | None:

@@ -55,7 +55,7 @@ from simnet.attackers import Attacker, AttackSettings
 from simnet.clock import Scheduler, VirtualClock, run_now
 from simnet.network import LinkModel, SimNetwork
 from simnet.run_summary import RunCost, attacker_summary, node_summary
-from simnet.scenario import MANY_KEYS, NodeGroupSpec, Scenario, VariantSpec, node_config_data
+from simnet.scenario import MANY_KEYS, Scenario, VariantSpec
 from simnet.scenario_network import ChurnFault, LeaveFault, PartitionFault
 from simnet.shared import shared_pure_work
 from simnet.sim_nodes import (
@@ -66,46 +66,12 @@ from simnet.sim_nodes import (
     derive_bytes,
     fewer_young_gc_passes,
     make_learner,
+    node_config,
+    sim_network,
 )
-from swarm.config import NodeConfig, parse_config
 from swarm.identity import Identity
 from swarm.messages import Hello
 from swarm.transport import deltas_topic, peers_topic, rollouts_topic
-
-
-def sim_network(index: int, block: int = 0) -> str:
-    """The address block simnet node `index` is seen at (`Transport.peer_network`);
-    `block` > 0: another block of the same attacker (`hostile.sybil_networks`)."""
-    return f"sim-{index}" if block == 0 else f"sim-{index}.{block}"
-
-
-def node_seeds(seed: int, group: NodeGroupSpec, name: str) -> tuple[int, int]:
-    """The model and task seeds of node `name` of `group` in a run of seed `seed`."""
-    init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
-    return derive(seed, "model", group.model, init_key), derive(seed, "tasks", name)
-
-
-def node_config(
-    scenario: Scenario,
-    variant: VariantSpec | None,
-    group: NodeGroupSpec,
-    name: str,
-    seed: int,
-    data_dir: Path,
-) -> NodeConfig:
-    """The config node `name` of `group` runs with in a run of seed `seed` (its held-out
-    sets derive from it: `benchmarks/constant_answers.py` rebuilds them so)."""
-    model_seed, tasks_seed = node_seeds(seed, group, name)
-    data = node_config_data(
-        scenario,
-        variant,
-        group,
-        name=name,
-        data_dir=data_dir,
-        model_seed=model_seed,
-        tasks_seed=tasks_seed,
-    )
-    return parse_config(data, f"{scenario.name}: node {name}")
 
 
 class Simulation:

@@ -1,4 +1,5 @@
-"""The pieces a simulation is made of: seed derivation, modeled compute time, node plans.
+"""The pieces a simulation is made of: seed derivation, each node's config and address
+block, modeled compute time, node plans.
 
 Invariants: every seed derives from the run seed and names (`derive`), never from global
 RNG state; `TimedLearner` reports modeled virtual durations, never wall time, so metrics
@@ -31,10 +32,13 @@ from simnet.attackers import Attacker
 from simnet.scenario import (
     ComputeSpec,
     NodeGroupSpec,
+    Scenario,
+    VariantSpec,
     WarmStartSpec,
+    node_config_data,
 )
 from simnet.stub import StubLearner, competence_of
-from swarm.config import NodeConfig
+from swarm.config import NodeConfig, parse_config
 from swarm.identity import Identity
 from swarm.messages import DeltaPacket, TaskRef
 
@@ -224,3 +228,38 @@ class SimNode:
     resumed_from: list[int] = field(default_factory=list)
     attacker: Attacker | None = None
     """A wire attacker's state (`simnet.attackers`); None for nodes that run a `Node`."""
+
+
+def sim_network(index: int, block: int = 0) -> str:
+    """The address block simnet node `index` is seen at (`Transport.peer_network`);
+    `block` > 0: another block of the same attacker (`hostile.sybil_networks`)."""
+    return f"sim-{index}" if block == 0 else f"sim-{index}.{block}"
+
+
+def node_seeds(seed: int, group: NodeGroupSpec, name: str) -> tuple[int, int]:
+    """The model and task seeds of node `name` of `group` in a run of seed `seed`."""
+    init_key = {"shared": group.name, "family": "family"}.get(group.init, name)
+    return derive(seed, "model", group.model, init_key), derive(seed, "tasks", name)
+
+
+def node_config(
+    scenario: Scenario,
+    variant: VariantSpec | None,
+    group: NodeGroupSpec,
+    name: str,
+    seed: int,
+    data_dir: Path,
+) -> NodeConfig:
+    """The config node `name` of `group` runs with in a run of seed `seed` (its held-out
+    sets derive from it: `benchmarks/constant_answers.py` rebuilds them so)."""
+    model_seed, tasks_seed = node_seeds(seed, group, name)
+    data = node_config_data(
+        scenario,
+        variant,
+        group,
+        name=name,
+        data_dir=data_dir,
+        model_seed=model_seed,
+        tasks_seed=tasks_seed,
+    )
+    return parse_config(data, f"{scenario.name}: node {name}")

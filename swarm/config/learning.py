@@ -268,7 +268,10 @@ class TrainConfig(StrictModel):
     negative gradient on an unlikely sequence moves its probability mass to the node's
     likeliest tokens (the "squeezing effect", Ren and Sutherland, ICLR 2025), and
     off-policy guidance (LUFFY, 2025) trains others' traces only where they did well.
-    Measured in docs/real_swarm.md ("Peers' answers, better ones only")."""
+    On a real model at a large step (SmolLM2 LoRA, lr 1e-3, 2 seeds) no swarm node fell
+    after the task was learned (under `all` 3 of 8 did) and held-out ended +5.1 points
+    [-2.0, +12.1] above `all`, -3.9 [-10.6, +2.8] under the nodes alone
+    (docs/real_swarm.md, "The late fall, tested")."""
     foreign_stop: Literal["positive", "all"] = "positive"
     """Under `ended` and `whole`: after which of a peer's ended completions the local EOS
     is trained: `positive` only where the completion's advantage is positive (a wrong

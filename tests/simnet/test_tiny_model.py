@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from simnet.engine import Simulation
 from tests.simnet.helpers import records, scenario
@@ -73,6 +74,27 @@ def test_overlapped_tiny_nodes_sample_from_two_rounds_back_and_take_the_longer_p
     assert durations[True] <= 16.5
 
 
+def _two_tiny_nodes_steps(
+    run_dir: Path, train: dict[str, str], init: str | None = None
+) -> list[dict[str, Any]]:
+    """The training steps' records of two tiny-model nodes sharing 2 of 4 groups a round
+    for 4 rounds with these `[train]` settings (`init = "shared"`: one base)."""
+    node: dict[str, Any] = {"name": "t", "count": 2, "model": "builtin:tiny"}
+    if init is not None:
+        node["init"] = init
+    run = scenario(
+        rounds=4,
+        defaults={
+            "sapo": {"local_groups": 2, "external_groups": 2},
+            "sampler": {"group_size": 4, "max_new_tokens": 3},
+            "train": train,
+        },
+        nodes=[node],
+    )
+    Simulation(run, None, 0, run_dir).run()
+    return [r["train"] for n in ("t-0", "t-1") for r in records(run_dir, n)]
+
+
 def test_peers_sampled_ids_cross_the_wire_and_are_trained_as_sampled(tmp_path: Path) -> None:
     """`train.peer_tokens = "as_sampled"`: every peer completion trained in a run of real
     tiny-model nodes came with its sampled ids (protocol 5), decoded to its text and was
@@ -80,18 +102,10 @@ def test_peers_sampled_ids_cross_the_wire_and_are_trained_as_sampled(tmp_path: P
     one split per text, so both train the same tokens here)."""
     trained = {}
     for mode in ("as_sampled", "retokenized"):
-        run = scenario(
-            rounds=4,
-            defaults={
-                "sapo": {"local_groups": 2, "external_groups": 2},
-                "sampler": {"group_size": 4, "max_new_tokens": 3},
-                "train": {"peer_tokens": mode, "foreign_trajectory": "whole"},
-            },
-            # One base for both (one model family): ids travel only within a family.
-            nodes=[{"name": "t", "count": 2, "model": "builtin:tiny", "init": "shared"}],
+        # One base for both (one model family): ids travel only within a family.
+        lines = _two_tiny_nodes_steps(
+            tmp_path / mode, {"peer_tokens": mode, "foreign_trajectory": "whole"}, "shared"
         )
-        Simulation(run, None, 0, tmp_path / mode).run()
-        lines = [r["train"] for n in ("t-0", "t-1") for r in records(tmp_path / mode, n)]
         peers = sum(t["n_peer_ratio_one"] for t in lines)
         trained[mode] = (peers, sum(t["n_peer_as_sampled"] for t in lines))
         assert sum(t["n_peer_ids_refused"] for t in lines) == 0
@@ -107,17 +121,9 @@ def test_only_peers_completions_above_their_group_mean_are_trained_when_asked(
     others are counted out; the default trains both kinds."""
     counts = {}
     for advantages in ("positive", "all"):
-        run = scenario(
-            rounds=4,
-            defaults={
-                "sapo": {"local_groups": 2, "external_groups": 2},
-                "sampler": {"group_size": 4, "max_new_tokens": 3},
-                "train": {"peer_advantages": advantages, "foreign_trajectory": "text"},
-            },
-            nodes=[{"name": "t", "count": 2, "model": "builtin:tiny"}],
+        lines = _two_tiny_nodes_steps(
+            tmp_path / advantages, {"peer_advantages": advantages, "foreign_trajectory": "text"}
         )
-        Simulation(run, None, 0, tmp_path / advantages).run()
-        lines = [r["train"] for n in ("t-0", "t-1") for r in records(tmp_path / advantages, n)]
         counts[advantages] = (
             sum(t["n_peer_ratio_one"] for t in lines),
             sum(t["n_peer_negative"] for t in lines),

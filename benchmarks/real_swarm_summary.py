@@ -58,7 +58,8 @@ def evals(records: list[dict[str, Any]], source: str | None = None) -> list[tupl
 
 
 FALL_POINTS = 5.0
-"""A node "fell" when its last held-out score is this many points under the one before."""
+"""A node "fell" when its last held-out score is more than this many points under the one
+before it."""
 
 
 def fell_at_last(series: list[tuple[int, float]]) -> bool:

@@ -35,9 +35,10 @@ only in train mode), so they compute the same function as the no-grad forwards.
 Invariants: logprobs use `log_softmax(logits / temperature)` with the sampler's
 temperature (as the sampler reports them); every forward runs in eval mode (dropout off,
 so old and new logprobs agree exactly at the first iteration); the reference policy for
-`beta > 0` is a frozen copy of the model as it was when the trainer was built, or, for
-LoRA in one process, the base: the same model with its adapters off (what zero-initialized
-adapters start from), without a second copy.
+`beta > 0` is a frozen copy of the model as it was when the trainer was built (across
+ranks rank 0's, sharded under FSDP), or, for LoRA, the base: the same model with its
+adapters off (what zero-initialized adapters start from), without a second copy
+(`policy.kl_reference`).
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ class Trainer:
             sampler_config.max_new_tokens if sampler_config is not None else None
         )
         self.loss_fn = LOSSES[train_config.loss_type]
-        self.reference = KLReference(model, train_config.beta, ranks is None or ranks.world == 1)
-        """The KL reference (`policy.kl_reference`): none, the LoRA base, or a copy."""
+        self.reference = KLReference(model, train_config.beta)
+        """The KL reference (`policy.kl_reference`): none, the LoRA base, or a copy (made
+        here, before the engine below shards the model)."""
         eos = stop_token_ids(model, tokenizer)
         self.eos_id = (
             tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos, default=None)
@@ -134,6 +136,8 @@ class Trainer:
         )
         """The engine (DDP / FSDP) across this node's ranks; None: one process. Made before
         the optimizer, which must hold FSDP's sharded parameters."""
+        if self.parallel is not None:
+            self.reference.join(self.parallel)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
             lr=train_config.learning_rate,
@@ -215,6 +219,8 @@ class Trainer:
         one = [([self.token_logprobs.pad_id], [self.token_logprobs.pad_id])]
         lp, _, _ = self.parallel.compute(lambda m: self.token_logprobs(m, one))
         if grad:
+            # As `_micro_loss`: a reference forward between the forward and the backward.
+            self.reference.logprobs(lambda m: self.token_logprobs(m, one)[0])
             (lp.sum() * 0.0).backward()
 
     def _sum_across_ranks(self, values: list[float]) -> list[float]:

@@ -31,13 +31,26 @@ TRAIN = {
 PROMPTS = ("3+4=", "12+5=")
 
 
-def model(lora: bool) -> tuple[Any, Any]:
-    """The same model in every process (seeded build; LoRA adapters seeded too)."""
-    torch.manual_seed(0)
-    net, tok = build_tiny("builtin:tiny", seed=0)
+def model(lora: bool, seed: int = 0) -> tuple[Any, Any]:
+    """The model of seed 0 in every process that passes no seed (LoRA adapters seeded too);
+    another seed builds other initial weights, as a node's training ranks may load."""
+    torch.manual_seed(seed)
+    net, tok = build_tiny("builtin:tiny", seed=seed)
     if lora:
         net = apply_lora(net, LoraConfig(enabled=True, rank=4, alpha=8.0))
     return net, tok
+
+
+def trained_weights(net: Any) -> dict[str, torch.Tensor]:
+    """The trainable weights moved by seeded noise: a policy unlike its KL reference (the
+    base, or the model as the trainer got it), as after a resume from a checkpoint. LoRA's
+    zero-initialized B matrices become nonzero."""
+    generator = torch.Generator().manual_seed(1)
+    return {
+        name: p.detach() + 0.05 * torch.randn(p.shape, generator=generator)
+        for name, p in net.named_parameters()
+        if p.requires_grad
+    }
 
 
 def trainer(net: Any, tok: Any, ranks: RankInfo | None, **train: Any) -> Trainer:
@@ -56,8 +69,13 @@ def run_rank(rank: int, world: int, kind: str, store: str, out: str, case: dict[
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        net, tok = model(case["lora"])
+        # Rank 1 starts from other weights, which rank 0's replace (its KL reference too).
+        net, tok = model(case["lora"], seed=rank)
         t = trainer(net, tok, RankInfo(kind, rank, world), **case["train"])  # type: ignore[arg-type]
+        if case.get("resumed"):
+            assert t.parallel is not None
+            trained = trained_weights(model(case["lora"])[0]) if rank == 0 else None
+            t.parallel.load_full_state_dict(trained)
         groups = packed_exactness.batch(tok, PROMPTS)
         stats, grads = t.loss_and_gradients(groups)
         step = t.step(groups)

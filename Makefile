@@ -78,4 +78,4 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -c "import vllm"  # fail, never skip, when vllm is broken
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/python -m pytest -q -m vllm \
-		tests/policy/test_vllm_sampler.py tests/node/test_overlap.py
+		tests/policy/test_vllm_sampler.py tests/node/test_overlap.py tests/node/test_ranked_sampler.py

@@ -24,6 +24,7 @@ import torch
 from node.choco_deltas import ChocoExchange
 from node.deltas import DeltaExchange, model_params
 from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
+from node.ranked_sampler import RankedSampler, launcher_env
 from node.ranks import Command, TrainingRanks
 from node.rescore import Refused
 from policy.checkpoint import (
@@ -38,7 +39,7 @@ from policy.lora import apply_lora, lora_family, lora_settings
 from policy.parallel import RankInfo, optimizer_state_by_index, optimizer_state_by_name
 from policy.precision import compute_dtype, configure_threads
 from policy.prompts import PromptRenderer
-from policy.sampler import SamplingParams, make_sampler, stop_token_ids
+from policy.sampler import Sampler, SamplingParams, make_sampler, stop_token_ids
 from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer, TrainGroup
 from rewards.registry import (
@@ -69,8 +70,9 @@ class Trainable:
     renderer: PromptRenderer
     trainer: Trainer
     whole: Any = None
-    """FSDP's rank 0: a whole, unsharded copy of the model (made before sharding) that
-    samples, shares deltas and is checkpointed; the trainer's own holds shards."""
+    """FSDP's rank 0 (and every rank that samples): a whole, unsharded copy of the model
+    (made before sharding) that samples, shares deltas and is checkpointed; the trainer's
+    own holds shards."""
 
 
 def load_trainable(
@@ -94,7 +96,8 @@ def load_trainable(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     whole = None
-    if ranks is not None and ranks.kind == "fsdp" and ranks.rank == 0:
+    sampling_rank = ranks is not None and (ranks.rank == 0 or config.samples_on_every_rank())
+    if ranks is not None and ranks.kind == "fsdp" and sampling_rank:
         # requires_grad as the trainer's (deltas and checkpoints go by it). With the vLLM
         # sampler (its own copy on the GPU) it lives in host memory: a 7B model's float32
         # copy would take 28 GB of rank 0's GPU (benchmarks/parallel_memory.py).
@@ -173,9 +176,24 @@ class PolicyLearner:
         """Whether the node samples the next round while this one trains."""
         own_copy = self.sample_overlap and config.sampler.backend == "transformers"
         sampler_model = copy.deepcopy(self.model).requires_grad_(False) if own_copy else self.model
-        self.sampler = make_sampler(
-            config.sampler, sampler_model, self.tokenizer, config.model, self.renderer
+        self.on_every_rank = config.samples_on_every_rank()
+        """Each training rank samples a share (`node.ranked_sampler`)."""
+        if self.on_every_rank:
+            launcher_env(0, 0, config.train.ranks)
+        self.sampler: Sampler = make_sampler(
+            config.sampler,
+            sampler_model,
+            self.tokenizer,
+            config.model,
+            self.renderer,
+            on_ranks=self.on_every_rank,
         )
+        if self.on_every_rank:
+            assert self.ranks is not None
+            tp = config.sampler.vllm_tensor_parallel_size if config.sampler.backend == "vllm" else 1
+            ranked = RankedSampler(self.sampler, self.ranks, tp)
+            self.ranks.before_leaving = ranked.release_process_groups
+            self.sampler = ranked
         self._sampler_lock = threading.Lock()
         """Held while the sampler generates or takes new weights (never both at once)."""
         self._sampler_version = self.policy_version
@@ -421,15 +439,28 @@ class PolicyLearner:
         stats = self.trainer.step(groups)
         if self.sharded:
             assert self.trainer.parallel is not None
-            self.model.load_state_dict(self.trainer.parallel.gathered_state_dict())
+            gathered = self.trainer.parallel.gathered_state_dict(everywhere=self.on_every_rank)
+            self.model.load_state_dict(gathered)
         return stats
+
+    def _replicas_gather(self) -> None:
+        """FSDP with a sampler on every rank: rank 0's side of the gather that refreshes
+        the other ranks' samplers after their weights were loaded (rank 0 has them)."""
+        if self.sharded and self.on_every_rank:
+            assert self.trainer.parallel is not None
+            self.trainer.parallel.gathered_state_dict(everywhere=True)
 
     def _weights_to_ranks(self) -> None:
         """Rank 0's weights, changed outside a training step (a merge), to the other ranks."""
         if self.ranks is not None and self.trainer.parallel is not None:
             parallel = self.trainer.parallel
             state = self.model.state_dict() if self.sharded else None
-            self.ranks.run(Command("sync"), lambda: parallel.load_full_state_dict(state))
+
+            def sync() -> None:
+                parallel.load_full_state_dict(state)
+                self._replicas_gather()
+
+            self.ranks.run(Command("sync"), sync)
 
     def _trainable_names(self) -> list[str]:
         return [n for n, p in self.model.named_parameters() if p.requires_grad]
@@ -459,7 +490,7 @@ class PolicyLearner:
         if not self.sharded:  # DDP: every rank's optimizer holds rank 0's whole state
             payload = (saved, self.policy_version, False)
             self.ranks.run(Command("load", payload), lambda: parallel.load_full_state_dict(None))
-            return
+            return  # (DDP: the other ranks' samplers read their replicas, no gather)
         by_name = optimizer_state_by_name(saved, self._trainable_names()) if saved else None
         weights = self.model.state_dict()
 
@@ -467,6 +498,7 @@ class PolicyLearner:
             parallel.load_full_state_dict(weights)
             if by_name is not None:
                 parallel.load_optimizer_state(optimizer, by_name)
+            self._replicas_gather()
 
         self.ranks.run(Command("load", (None, self.policy_version, by_name is not None)), load)
 

@@ -20,10 +20,12 @@ import torch
 import torch.distributed as dist
 
 from node.policy_learner import load_trainable
+from node.ranked_sampler import SamplerReplica, launcher_env
 from node.ranks import Command, init_method, join_group, rank_device, read_config
 from policy.loading import resolve_device
 from policy.parallel import RankInfo
 from policy.precision import configure_threads
+from policy.sampler import make_sampler
 from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer
 
@@ -51,9 +53,18 @@ def serve(folder: Path, rank: int, local_index: int) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)  # "cuda" is this rank's GPU while the model loads
     join_group(info, device, init_method(config, folder))
-    trainer = load_trainable(config, info, device).trainer
+    launcher_env(rank, local_index, info.world)
+    built = load_trainable(config, info, device)
+    replica = None
+    if config.samples_on_every_rank():  # built where rank 0 builds its own: a collective
+        model = built.whole if built.whole is not None else built.model
+        sampler = make_sampler(
+            config.sampler, model, built.tokenizer, config.model, built.renderer, on_ranks=True
+        )
+        tp = config.sampler.vllm_tensor_parallel_size if config.sampler.backend == "vllm" else 1
+        replica = SamplerReplica(sampler, built.trainer, built.whole, tp)
     print(f"rank {rank} of {info.world} ready ({info.kind}), pid {os.getpid()}", flush=True)
-    _serve_commands(trainer, info)
+    _serve_commands(built.trainer, info, replica)
     # Leave at once, engine and group still referenced: tearing them down after rank 0
     # (which holds the TCP store) had gone was seen to hang in ProcessGroupGloo's
     # destructor, joining a worker thread, when the DDP reducer was freed.
@@ -61,8 +72,10 @@ def serve(folder: Path, rank: int, local_index: int) -> None:
     os._exit(0)
 
 
-def _serve_commands(trainer: Trainer, info: RankInfo) -> None:
-    """Rank 0's commands (`node.ranks.Command`), each with its collectives, until `stop`."""
+def _serve_commands(trainer: Trainer, info: RankInfo, replica: SamplerReplica | None) -> None:
+    """Rank 0's commands (`node.ranks.Command`), each with its collectives, until `stop`.
+    With a sampler on this rank: `sample`, and its weights refreshed in every command that
+    changes the weights (`node.ranked_sampler`)."""
     parallel = trainer.parallel
     assert parallel is not None
     while True:
@@ -70,12 +83,18 @@ def _serve_commands(trainer: Trainer, info: RankInfo) -> None:
         dist.broadcast_object_list(box, src=0)
         command = box[0]
         assert command is not None
-        if command.kind == "step":
+        if command.kind == "sample" and replica is not None:
+            replica.serve(command.payload, info.rank)
+        elif command.kind == "step":
             trainer.step(command.payload)
-            if info.kind == "fsdp":
+            if replica is not None:
+                replica.refresh()  # under FSDP the gather rank 0's whole copy takes too
+            elif info.kind == "fsdp":
                 parallel.gathered_state_dict()  # rank 0's whole copy, after each step
         elif command.kind == "sync":
             parallel.load_full_state_dict(None)
+            if replica is not None:
+                replica.refresh()  # under FSDP a gather rank 0 joins
         elif command.kind == "gather_optimizer":
             parallel.gathered_optimizer_state(trainer.optimizer)
         elif command.kind == "load":
@@ -87,6 +106,8 @@ def _serve_commands(trainer: Trainer, info: RankInfo) -> None:
             parallel.load_full_state_dict(None)
             if collective_optimizer:
                 parallel.load_optimizer_state(trainer.optimizer, None)
+            if replica is not None:
+                replica.refresh()  # under FSDP a gather rank 0 joins
         elif command.kind == "stop":
             return
         else:

@@ -155,6 +155,9 @@ class TrainingRanks:
         write_rank_folder(config, self.folder)
         self._lock = threading.Lock()
         self.closed = False
+        self.before_leaving: Callable[[], None] | None = None
+        """Run by `close` before this process leaves the group (the sampler's groups over
+        it first: `node.ranked_sampler`)."""
         self.children = start_rank_processes(self.folder, list(range(1, here)), 1)
         if here < self.info.world:
             print(
@@ -209,6 +212,8 @@ class TrainingRanks:
                 except subprocess.TimeoutExpired:
                     child.kill()
                     child.wait()
+            if self.before_leaving is not None:
+                self.before_leaving()
             if dist.is_initialized():
                 dist.destroy_process_group()
 

@@ -162,17 +162,22 @@ class ParallelModel:
             if p.grad is not None
         }
 
-    def gathered_state_dict(self) -> dict[str, torch.Tensor]:
-        """The model's whole state by name on rank 0, in CPU memory; {} on the others
-        (all ranks call: FSDP gathers its shards; DDP's rank 0 has them already)."""
+    def gathered_state_dict(self, everywhere: bool = False) -> dict[str, torch.Tensor]:
+        """The model's whole state by name on rank 0, in CPU memory; {} on the others, or
+        with `everywhere` on every rank, on its device (all ranks call, with the same
+        `everywhere`: FSDP gathers its shards; DDP's replicas have them already)."""
         if self.info.kind == "ddp":
-            if self.info.rank != 0:
+            if self.info.rank != 0 and not everywhere:
                 return {}
-            return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            state = self.model.state_dict().items()
+            if everywhere:
+                return {k: v.detach().clone() for k, v in state}
+            return {k: v.detach().to("cpu", copy=True) for k, v in state}
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         return get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            self.model,
+            options=StateDictOptions(full_state_dict=True, cpu_offload=not everywhere),
         )
 
     def gathered_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -289,9 +289,12 @@ def make_sampler(
     tokenizer: Any,
     model_config: ModelConfig,
     renderer: PromptRenderer | None = None,
+    on_ranks: bool = False,
 ) -> Sampler:
     """The configured backend. `transformers` shares `model` (no weight copies);
-    `vllm` builds its own engine from the same weights (imported only here)."""
+    `vllm` builds its own engine from the same weights (imported only here). `on_ranks`:
+    this process is one of a node's training ranks that each sample (a vLLM engine then
+    forms over their process group, built by every rank at once)."""
     renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
     if sampler_config.backend == "transformers":
         return TransformersSampler(
@@ -313,5 +316,6 @@ def make_sampler(
             enforce_eager=sampler_config.vllm_enforce_eager,
             renderer=renderer,
             tensor_parallel_size=sampler_config.vllm_tensor_parallel_size,
+            over_ranks=on_ranks,
         )
     raise ValueError(f"unknown sampler backend {sampler_config.backend!r}")

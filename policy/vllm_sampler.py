@@ -10,6 +10,11 @@ Invariants:
   the trainer's tensors into the engine in place (no restart, no files). That worker
   method is vLLM's internal: checked on every worker as soon as the engine is built
   (`policy.vllm_selfcheck`, raising with vLLM's version and pin).
+- On a node whose training ranks all sample (`over_ranks`), each rank's engine forms
+  over the node's process group (vLLM's "external launcher" mode; the node sets RANK and
+  LOCAL_RANK): building them is a collective of every rank, each engine (or group of
+  `tensor_parallel_size` consecutive ranks) samples on its own, and every worker of an
+  engine is in its rank's process.
 - The engine never tokenizes (`skip_tokenizer_init=True`): prompts are encoded with the
   trainer's `PromptRenderer`, so both backends see identical token ids, and
   completions are decoded with it too. Stop tokens are passed explicitly.
@@ -53,6 +58,24 @@ def request_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
+def save_for_engine(model: Any, folder: str) -> None:
+    """The model as a Hugging Face folder the engine loads. `save_pretrained` writes nothing
+    on a torch.distributed rank other than 0 (transformers leaves saving to rank 0), so a
+    node's other ranks write the config and every tensor by its name themselves (a tied
+    weight under each of its names: `safetensors.torch.save_model` keeps one name of a
+    tied pair, and vLLM, finding no embedding, kept random ones; seen on the tiny model)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        model.save_pretrained(folder)
+        return
+    from safetensors.torch import save_file
+
+    model.config.save_pretrained(folder)
+    state = {k: v.detach().to("cpu").clone().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+
+
 def align_omp_threads() -> int:
     """Give the calling thread torch's thread count before it enters the engine.
 
@@ -81,6 +104,7 @@ class VllmSampler:
         enforce_eager: bool = True,
         renderer: PromptRenderer | None = None,
         tensor_parallel_size: int = 1,
+        over_ranks: bool = False,
     ) -> None:
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
             raise RuntimeError(
@@ -94,7 +118,7 @@ class VllmSampler:
         self.renderer = renderer if renderer is not None else PromptRenderer(tokenizer)
         self.stops = sorted(stop_token_ids(model, tokenizer))
         self._dir = tempfile.mkdtemp(prefix="swarm-vllm-")
-        model.save_pretrained(self._dir)
+        save_for_engine(model, self._dir)
         dtype = model_config.dtype  # the compute dtype, whatever the master weights are
         kwargs: dict[str, Any] = {
             "model": self._dir,
@@ -110,7 +134,16 @@ class VllmSampler:
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.tensor_parallel_size = tensor_parallel_size
-        if tensor_parallel_size > 1:
+        self.over_ranks = over_ranks
+        self.workers_in_process = over_ranks or tensor_parallel_size == 1
+        """Whether `update_weights` reaches every worker of this engine in this process."""
+        if over_ranks:
+            # One engine per rank, formed over the node's process group (RANK, LOCAL_RANK
+            # set by the node): building it is a collective of every rank; with tensor
+            # parallelism each group of consecutive ranks is one engine.
+            kwargs["distributed_executor_backend"] = "external_launcher"
+            kwargs["tensor_parallel_size"] = tensor_parallel_size
+        elif tensor_parallel_size > 1:
             gpus = torch.cuda.device_count()
             if gpus < tensor_parallel_size:
                 raise ConfigError(
@@ -171,12 +204,19 @@ class VllmSampler:
         self.llm.collective_rpc(
             "reload_weights",
             kwargs={
-                "weights_iterator": list(weights)
-                if self.tensor_parallel_size > 1
-                else iter(weights)
+                "weights_iterator": iter(weights) if self.workers_in_process else list(weights)
             },
         )
         self.llm.reset_prefix_cache()
+
+    def release_process_groups(self) -> None:
+        """On a node whose ranks all sample: vLLM's groups over the node's process group,
+        and that group, destroyed before the node leaves it (else vLLM's exit hook
+        destroys its groups after the node did, and fails)."""
+        if self.over_ranks:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()
 
     def close(self) -> None:
         """Remove the temporary weights directory if still there (the engine keeps its own

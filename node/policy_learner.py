@@ -25,7 +25,7 @@ from node.choco_deltas import ChocoExchange
 from node.deltas import DeltaExchange, model_params
 from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, TrainResult
 from node.ranked_sampler import RankedSampler, launcher_env
-from node.ranks import Command, TrainingRanks
+from node.ranks import Command, TrainingRanks, threads_per_rank
 from node.rescore import Refused
 from policy.checkpoint import (
     capture_checkpoint,
@@ -129,7 +129,8 @@ def load_trainable(
 class PolicyLearner:
     def __init__(self, config: NodeConfig) -> None:
         self.threads = configure_threads(
-            config.model.threads, config.model.name_or_path.startswith(BUILTIN_PREFIX)
+            threads_per_rank(config, resolve_device(config.model.device)),
+            config.model.name_or_path.startswith(BUILTIN_PREFIX),
         )
         self.ranks: TrainingRanks | None = None
         """The node's other training ranks (`train.ranks` > 1), started here."""

@@ -21,7 +21,14 @@ import torch.distributed as dist
 
 from node.policy_learner import load_trainable
 from node.ranked_sampler import SamplerReplica, launcher_env
-from node.ranks import Command, init_method, join_group, rank_device, read_config
+from node.ranks import (
+    Command,
+    init_method,
+    join_group,
+    rank_device,
+    read_config,
+    threads_per_rank,
+)
 from policy.loading import resolve_device
 from policy.parallel import RankInfo
 from policy.precision import configure_threads
@@ -47,9 +54,10 @@ def _die_with_parent() -> None:
 def serve(folder: Path, rank: int, local_index: int) -> None:
     # Unset seeds only seed the initial weights here, which rank 0's replace.
     config = read_config(folder).with_node_seeds(f"training rank {rank}")
-    configure_threads(config.model.threads, config.model.name_or_path.startswith(BUILTIN_PREFIX))
     info = RankInfo(config.train.parallel, rank, config.train.ranks)
     device = rank_device(resolve_device(config.model.device), local_index)
+    threads = threads_per_rank(config, device)
+    configure_threads(threads, config.model.name_or_path.startswith(BUILTIN_PREFIX))
     if device.type == "cuda":
         torch.cuda.set_device(device)  # "cuda" is this rank's GPU while the model loads
     join_group(info, device, init_method(config, folder))
@@ -62,7 +70,7 @@ def serve(folder: Path, rank: int, local_index: int) -> None:
             config.sampler, model, built.tokenizer, config.model, built.renderer, on_ranks=True
         )
         tp = config.sampler.vllm_tensor_parallel_size if config.sampler.backend == "vllm" else 1
-        replica = SamplerReplica(sampler, built.trainer, built.whole, tp)
+        replica = SamplerReplica(sampler, built.trainer, built.whole is not None, tp)
     print(f"rank {rank} of {info.world} ready ({info.kind}), pid {os.getpid()}", flush=True)
     _serve_commands(built.trainer, info, replica)
     # Leave at once, engine and group still referenced: tearing them down after rank 0

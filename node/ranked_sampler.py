@@ -123,11 +123,11 @@ class RankedSampler:
 class SamplerReplica:
     """A training rank's own sampler, kept at the trainer's weights."""
 
-    def __init__(self, sampler: Sampler, trainer: Any, whole: Any, ranks_per_share: int) -> None:
+    def __init__(self, sampler: Sampler, trainer: Any, sharded: bool, ranks_per_share: int) -> None:
         self.sampler = sampler
+        """Under FSDP built on a whole copy of the model (the trainer holds shards)."""
         self.trainer = trainer
-        self.whole = whole
-        """FSDP: a whole copy of the model (the trainer holds shards), the sampler's weights."""
+        self.sharded = sharded
         self.ranks_per_share = ranks_per_share
 
     def serve(self, payload: Sequence[SharePayload], rank: int) -> None:
@@ -138,10 +138,8 @@ class SamplerReplica:
     def refresh(self) -> None:
         """The trainer's current weights into the sampler (under FSDP every rank calls
         this together: the shards are gathered to every rank)."""
-        parallel = self.trainer.parallel
-        if self.whole is not None:
-            self.whole.load_state_dict(parallel.gathered_state_dict(everywhere=True))
-            weights = {k: v.detach() for k, v in self.whole.state_dict().items()}
+        if self.sharded:  # whole tensors on every rank, copied into the sampler's own
+            weights = self.trainer.parallel.gathered_state_dict(everywhere=True)
         else:
             weights = self.trainer.state_dict_for_sampler()
         self.sampler.update_weights(weights)

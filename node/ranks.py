@@ -81,6 +81,15 @@ def local_ranks(config: NodeConfig) -> int:
     return config.train.local_ranks or config.train.ranks
 
 
+def threads_per_rank(config: NodeConfig, device: torch.device) -> int:
+    """`model.threads` for one of the node's processes: as set; else, for ranks on CPUs,
+    this machine's cores divided among its ranks (torch's default, one thread per core in
+    every rank, put two threads on each core of a 2-rank node); 0 (auto) otherwise."""
+    if config.model.threads > 0 or config.train.ranks == 1 or device.type != "cpu":
+        return config.model.threads
+    return max(1, len(os.sched_getaffinity(0)) // local_ranks(config))
+
+
 def check_devices(config: NodeConfig, device: torch.device, count: int) -> None:
     """Refuses `count` ranks on a machine whose GPUs cannot hold them (one line, naming
     the fix)."""

@@ -65,9 +65,10 @@ class ModelConfig(StrictModel):
     (one model family, which weight deltas need)."""
     threads: int = Field(0, ge=0, le=1024)
     """torch CPU threads for this node (0: one for the built-in models, whose ops are too
-    small to split; otherwise torch's default, one per core or `OMP_NUM_THREADS`). On a
-    machine shared with other nodes or busy processes, set it: two processes that each use
-    every core can run many times slower than with one thread each."""
+    small to split; otherwise torch's default, one per core or `OMP_NUM_THREADS`; a node of
+    several training ranks on CPUs divides the cores among them). On a machine shared with
+    other nodes or busy processes, set it: two processes that each use every core can run
+    many times slower than with one thread each."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, one more forward pass of
     compute per step."""

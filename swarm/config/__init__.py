@@ -140,8 +140,9 @@ class NodeConfig(StrictModel):
         """Whether each training rank samples a share (`sampler.data_parallel`, resolved)."""
         if self.train.ranks == 1:
             return False
-        if self.sampler.data_parallel is None:
-            return self.sampler.backend == "vllm"
+        if self.sampler.data_parallel is None:  # no extra memory: vLLM's own, DDP's replica
+            ddp = self.train.parallel == "ddp" and not self.sampler.overlap
+            return self.sampler.backend == "vllm" or ddp
         return self.sampler.data_parallel
 
     @model_validator(mode="after")

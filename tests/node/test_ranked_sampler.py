@@ -54,8 +54,11 @@ def test_the_config_refuses_what_cannot_sample_on_ranks() -> None:
             train={"parallel": "fsdp", "ranks": 3},
             sampler={"backend": "vllm", "vllm_tensor_parallel_size": 2},
         )
-    assert parse_config({"train": ranks, "sampler": {"backend": "vllm"}}).samples_on_every_rank()
-    assert not parse_config({"train": ranks}).samples_on_every_rank()
+    fsdp = {"parallel": "fsdp", "ranks": 2}
+    assert parse_config({"train": fsdp, "sampler": {"backend": "vllm"}}).samples_on_every_rank()
+    assert parse_config({"train": ranks}).samples_on_every_rank()  # DDP: the replica samples
+    assert not parse_config({"train": fsdp}).samples_on_every_rank()  # a whole copy each
+    assert not parse_config({"train": ranks, "sampler": {"overlap": True}}).samples_on_every_rank()
 
 
 def _same(a: list, b: list, atol: float) -> bool:

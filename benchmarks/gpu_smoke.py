@@ -36,6 +36,7 @@ Checks (each row says ok / FAILED and the number behind it):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -320,8 +321,8 @@ def rank_checks(args: argparse.Namespace, out: Path) -> list[Row]:
         }
         if tp > 1:
             cfg["sampler"]["vllm_tensor_parallel_size"] = tp
-        if on_ranks:
-            cfg["sampler"]["data_parallel"] = True
+        if backend == "transformers":  # (vLLM on several ranks always samples on each)
+            cfg["sampler"]["data_parallel"] = on_ranks
         import tomli_w
 
         path = out / f"{label}.toml"
@@ -336,9 +337,14 @@ def rank_checks(args: argparse.Namespace, out: Path) -> list[Row]:
         name = f"node: {parallel} x{n}, {backend}" + (f" TP {tp}" if tp > 1 else "")
         name += ", sampling on every rank" if on_ranks else ""
         detail = f"{time.perf_counter() - started:.0f} s"
+        version = 0
         if done.returncode != 0:
             detail += ": " + (done.stderr.strip().splitlines() or ["?"])[-1][:160]
-        rows.append((name, done.returncode == 0, detail))
+        else:
+            metrics = (out / label / "metrics.jsonl").read_text().splitlines()
+            version = int(json.loads(metrics[-1])["policy_version"])
+            detail += f", {len(metrics)} rounds, {version} optimizer steps"
+        rows.append((name, done.returncode == 0 and version > 0, detail))
     return rows
 
 

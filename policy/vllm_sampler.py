@@ -58,6 +58,13 @@ def request_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
+def engine_seed(seed: int) -> int:
+    """The engine's seed: vLLM seeds numpy with it, which takes 0 <= seed < 2**32, while a
+    node derives its seeds below 2**53 (every vLLM node without `model.seed` failed in
+    its worker's `init_device`: "Seed must be between 0 and 2**32 - 1")."""
+    return seed % 2**32
+
+
 def save_for_engine(model: Any, folder: str) -> None:
     """The model as a Hugging Face folder the engine loads. `save_pretrained` writes nothing
     on a torch.distributed rank other than 0 (transformers leaves saving to rank 0), so a
@@ -125,7 +132,7 @@ class VllmSampler:
             "skip_tokenizer_init": True,
             "enforce_eager": enforce_eager,
             "dtype": dtype,
-            "seed": model_config.chosen_seed(),
+            "seed": engine_seed(model_config.chosen_seed()),
             "logprobs_mode": "processed_logprobs",
             # A group's n completions, and every prompt's shared system prompt and
             # examples, are prefilled once (the cache is reset at each weight update).

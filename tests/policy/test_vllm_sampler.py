@@ -19,6 +19,7 @@ import torch
 from policy.sampler import SamplingParams, TransformersSampler, make_sampler
 from policy.tiny import build_tiny
 from policy.vllm_sampler import VllmSampler
+from swarm.config import MAX_DERIVED_SEED
 from swarm.config.learning import ModelConfig, SamplerConfig
 
 pytestmark = pytest.mark.vllm
@@ -30,7 +31,9 @@ GREEDY = SamplingParams(max_new_tokens=6, temperature=0)
 @pytest.fixture(scope="module")
 def engine() -> tuple:
     model, tok = build_tiny("builtin:tiny", seed=0)
-    sampler = make_sampler(SamplerConfig(backend="vllm"), model, tok, ModelConfig(seed=0))
+    # The largest seed a node derives from its key: vLLM's own seeding takes < 2**32.
+    seed = ModelConfig(seed=MAX_DERIVED_SEED)
+    sampler = make_sampler(SamplerConfig(backend="vllm"), model, tok, seed)
     assert isinstance(sampler, VllmSampler)
     yield sampler, model, tok
     sampler.close()

@@ -87,7 +87,13 @@ def threads_per_rank(config: NodeConfig, device: torch.device) -> int:
     every rank, put two threads on each core of a 2-rank node); 0 (auto) otherwise."""
     if config.model.threads > 0 or config.train.ranks == 1 or device.type != "cpu":
         return config.model.threads
-    return max(1, len(os.sched_getaffinity(0)) // local_ranks(config))
+    return max(1, usable_cores() // local_ranks(config))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def check_devices(config: NodeConfig, device: torch.device, count: int) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from node.policy_learner import load_trainable
+from node.policy_learner import Trainable, load_trainable
 from node.ranked_sampler import SamplerReplica, launcher_env
 from node.ranks import (
     Command,
@@ -35,6 +35,7 @@ from policy.precision import configure_threads
 from policy.sampler import make_sampler
 from policy.tiny import BUILTIN_PREFIX
 from policy.trainer import Trainer
+from swarm.config import NodeConfig
 
 PR_SET_PDEATHSIG = 1
 
@@ -63,21 +64,30 @@ def serve(folder: Path, rank: int, local_index: int) -> None:
     join_group(info, device, init_method(config, folder))
     launcher_env(rank, local_index, info.world)
     built = load_trainable(config, info, device)
-    replica = None
-    if config.samples_on_every_rank():  # built where rank 0 builds its own: a collective
-        model = built.whole if built.whole is not None else built.model
-        sampler = make_sampler(
-            config.sampler, model, built.tokenizer, config.model, built.renderer, on_ranks=True
-        )
-        tp = config.sampler.vllm_tensor_parallel_size if config.sampler.backend == "vllm" else 1
-        replica = SamplerReplica(sampler, built.trainer, built.whole is not None, tp)
+    trainer, replica = built.trainer, _sampler_replica(config, built)
+    # Under FSDP with vLLM the whole copy only built the engine: freed here (a
+    # transformers sampler keeps it, as its model).
+    del built
     print(f"rank {rank} of {info.world} ready ({info.kind}), pid {os.getpid()}", flush=True)
-    _serve_commands(built.trainer, info, replica)
+    _serve_commands(trainer, info, replica)
     # Leave at once, engine and group still referenced: tearing them down after rank 0
     # (which holds the TCP store) had gone was seen to hang in ProcessGroupGloo's
     # destructor, joining a worker thread, when the DDP reducer was freed.
     print(f"rank {rank} stopped", flush=True)
     os._exit(0)
+
+
+def _sampler_replica(config: NodeConfig, built: Trainable) -> SamplerReplica | None:
+    """This rank's sampler where every rank samples (built where rank 0 builds its own:
+    with vLLM a collective)."""
+    if not config.samples_on_every_rank():
+        return None
+    model = built.whole if built.whole is not None else built.model
+    sampler = make_sampler(
+        config.sampler, model, built.tokenizer, config.model, built.renderer, on_ranks=True
+    )
+    tp = config.sampler.vllm_tensor_parallel_size if config.sampler.backend == "vllm" else 1
+    return SamplerReplica(sampler, built.trainer, built.whole is not None, tp)
 
 
 def _serve_commands(trainer: Trainer, info: RankInfo, replica: SamplerReplica | None) -> None:

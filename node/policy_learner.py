@@ -15,7 +15,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from node.learner import EvalResult, ExternalGroup, LocalGroup, SampleResult, Tr
 from node.ranked_sampler import RankedSampler, launcher_env
 from node.ranks import Command, TrainingRanks, threads_per_rank
 from node.rescore import Refused
+from node.trainable import load_trainable
 from policy.checkpoint import (
     capture_checkpoint,
     load_checkpoint,
@@ -34,14 +34,12 @@ from policy.checkpoint import (
     rng_state_tensors,
     write_checkpoint,
 )
-from policy.loading import load_policy_model, model_family, resolve_device
-from policy.lora import apply_lora, lora_family, lora_settings
-from policy.parallel import RankInfo, optimizer_state_by_index, optimizer_state_by_name
-from policy.precision import compute_dtype, configure_threads
-from policy.prompts import PromptRenderer
+from policy.loading import resolve_device
+from policy.parallel import optimizer_state_by_index, optimizer_state_by_name
+from policy.precision import configure_threads
 from policy.sampler import Sampler, SamplingParams, make_sampler, stop_token_ids
 from policy.tiny import BUILTIN_PREFIX
-from policy.trainer import Trainer, TrainGroup
+from policy.trainer import TrainGroup
 from rewards.registry import (
     best_constant,
     build_tasks,
@@ -51,79 +49,10 @@ from rewards.registry import (
     resolve_answer_format,
     score_group,
 )
-from rewards.tasks import Task, solved_examples
+from rewards.tasks import Task
 from swarm.config import NodeConfig
-from swarm.errors import ConfigError, RanksFailed
+from swarm.errors import RanksFailed
 from swarm.messages import DeltaPacket, TaskRef
-
-
-@dataclass
-class Trainable:
-    """A node's policy made ready to train: what every training rank builds alike."""
-
-    model: Any
-    tokenizer: Any
-    model_family: str
-    lora: dict[str, Any] | None
-    """The adapter settings of a LoRA node (None: full fine-tuning)."""
-    device: torch.device
-    renderer: PromptRenderer
-    trainer: Trainer
-    whole: Any = None
-    """FSDP's rank 0 (and every rank that samples): a whole, unsharded copy of the model
-    (made before sharding) that samples, shares deltas and is checkpointed; the trainer's
-    own holds shards."""
-
-
-def load_trainable(
-    config: NodeConfig, ranks: RankInfo | None = None, device: torch.device | None = None
-) -> Trainable:
-    """Loads the model (with its LoRA adapter) and builds its trainer on `device` (default:
-    `model.device`); with `ranks`, this process is one of the node's training ranks (the
-    trainer joins their engine)."""
-    torch.manual_seed(config.model.chosen_seed())  # a node derives an unset one from its key
-    model, tokenizer = load_policy_model(config.model)
-    family = model_family(model)
-    lora = config.model.lora
-    if lora.enabled:
-        model = apply_lora(model, lora)
-        family = lora_family(family, lora)
-        if config.model.gradient_checkpointing:
-            model.enable_input_require_grads()
-    device = device if device is not None else resolve_device(config.model.device)
-    try:
-        renderer = PromptRenderer(tokenizer, config.prompt, solved_examples)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    whole = None
-    sampling_rank = ranks is not None and (ranks.rank == 0 or config.samples_on_every_rank())
-    if ranks is not None and ranks.kind == "fsdp" and sampling_rank:
-        # requires_grad as the trainer's (deltas and checkpoints go by it). With the vLLM
-        # sampler (its own copy on the GPU) it lives in host memory: a 7B model's float32
-        # copy would take 28 GB of rank 0's GPU (benchmarks/parallel_memory.py).
-        whole = copy.deepcopy(model)
-        if config.sampler.backend == "vllm":
-            whole = whole.to("cpu")
-    trainer = Trainer(
-        model,
-        tokenizer,
-        config.train,
-        device,
-        config.sampler,
-        renderer=renderer,
-        compute_dtype=compute_dtype(config.model),
-        ranks=ranks,
-    )
-    return Trainable(
-        model,
-        tokenizer,
-        family,
-        lora_settings(lora) if lora.enabled else None,
-        device,
-        renderer,
-        trainer,
-        whole,
-    )
 
 
 class PolicyLearner:

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from node.policy_learner import Trainable, load_trainable
 from node.ranked_sampler import SamplerReplica, launcher_env
 from node.ranks import (
     Command,
@@ -29,6 +28,7 @@ from node.ranks import (
     read_config,
     threads_per_rank,
 )
+from node.trainable import Trainable, load_trainable
 from policy.loading import resolve_device
 from policy.parallel import RankInfo
 from policy.precision import configure_threads

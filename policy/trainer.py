@@ -57,6 +57,7 @@ from policy.offpolicy import plausible, tis_or_one
 from policy.parallel import ParallelModel, RankInfo, assign_micro_batches, clip_grad_norm
 from policy.precision import lr_factor
 from policy.prompts import PromptRenderer
+from policy.rank_counters import computed_across_ranks, left_out_across_ranks
 from policy.sampler import pad_token_id, stop_token_ids
 from policy.token_logprobs import TokenLogprobs
 from policy.train_rows import Row as _Row  # the name the distributed parts below use
@@ -471,35 +472,12 @@ class Trainer:
     def _left_out_across_ranks(
         self, n_left_out: int, tokens_left_out: int, stats: StepStats, sums: dict[bool, list]
     ) -> tuple[int, int]:
-        """The step's plausibility and weight counters summed over ranks (each rank counted
-        its own micro-batches); returns the rows and tokens left out."""
         if self.parallel is None:
             return n_left_out, tokens_left_out
-        total = self.parallel.sum(
-            [
-                n_left_out,
-                tokens_left_out,
-                stats.n_peer_plausible,
-                stats.n_peer_implausible,
-                *sums[False],
-                *sums[True],
-            ]
-        )
-        stats.n_peer_plausible, stats.n_peer_implausible = int(total[2]), int(total[3])
-        sums[False] = [total[4], int(total[5])]
-        sums[True] = [total[6], int(total[7])]
-        return int(total[0]), int(total[1])
+        return left_out_across_ranks(self.parallel, n_left_out, tokens_left_out, stats, sums)
 
     def _counters_across_ranks(self, n_groups: int) -> None:
-        """Tokens computed and each group's logprob sums, over all ranks."""
-        if self.parallel is None:
-            return
-        flat = [float(self._tokens_computed), float(self._padding_tokens)]
-        for i in range(n_groups):
-            flat += self._group_lp[i] if i in self._group_lp else [0.0, 0]
-        total = self.parallel.sum(flat)
-        self._tokens_computed, self._padding_tokens = int(total[0]), int(total[1])
-        self._group_lp.clear()
-        for i in range(n_groups):
-            if total[3 + 2 * i]:
-                self._group_lp[i] = [total[2 + 2 * i], int(total[3 + 2 * i])]
+        if self.parallel is not None:
+            self._tokens_computed, self._padding_tokens = computed_across_ranks(
+                self.parallel, self._tokens_computed, self._padding_tokens, self._group_lp, n_groups
+            )
